@@ -1,0 +1,99 @@
+// The kernel interface and the kernel registry.
+//
+// Lifecycle (XNNPACK-style create -> reshape -> run):
+//   1. A factory creates a Kernel from the node's attributes (KernelArgs + AttrReader). Attribute
+//      errors are reported here, naming the attribute.
+//   2. infer() computes output dtypes and shapes. It is always called with every input fully
+//      computed, so data-dependent shapes (Reshape's shape input, Slice's starts, NonZero) may read
+//      input data.
+//   3. prepare() is called whenever input shapes change, before run(); optimized kernels build their
+//      primitives here. It must not be needed again while shapes stay the same.
+//   4. run() computes outputs into caller-provided buffers. It must not allocate in steady state.
+//
+// A kernel object belongs to one execution context; it is never shared across threads.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/attributes.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status infer(std::span<const TensorView> inputs, std::span<TensorDesc> outputs) = 0;
+  virtual Status prepare(std::span<const TensorView> inputs, std::span<const TensorView> outputs) {
+    (void)inputs;
+    (void)outputs;
+    return Status::Ok();
+  }
+  virtual Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs) = 0;
+  // Name of the implementation ("reference", "onednn", ...), shown by engine inspection.
+  virtual const char* impl_name() const { return "reference"; }
+};
+
+struct KernelArgs {
+  std::string_view op_type;
+  std::string_view node_name;
+  int opset = 17;          // opset of the default domain the model was exported with
+  int num_inputs = 0;      // as written in the node, trailing absent inputs excluded
+  int num_outputs = 0;
+};
+
+using KernelFactory = std::function<StatusOr<std::unique_ptr<Kernel>>(const KernelArgs&, AttrReader&)>;
+
+// One implementation of one op. `priority`: higher wins when the builder picks automatically;
+// reference kernels are priority 0.
+struct KernelEntry {
+  std::string op_type;
+  std::string impl;  // "reference", "onednn", ...
+  int priority = 0;
+  KernelFactory make;
+};
+
+class KernelRegistry {
+ public:
+  // The registry with every built-in kernel, filled once from the explicit table in
+  // runtime/kernels/registry.cpp.
+  static const KernelRegistry& builtin();
+
+  void add(KernelEntry e) { entries_.push_back(std::move(e)); }
+  bool supports(std::string_view op_type) const;
+  std::vector<std::string> op_types() const;  // sorted, unique
+  std::vector<const KernelEntry*> implementations(std::string_view op_type) const;  // best first
+
+  // Creates a kernel: `impl` empty means best available. Fails with a message naming the op, the
+  // node and the reason (unknown op, bad attribute, unsupported attribute).
+  StatusOr<std::unique_ptr<Kernel>> create(const KernelArgs& args, const AttrMap& attrs,
+                                           std::string_view impl = {}) const;
+
+ private:
+  std::vector<KernelEntry> entries_;
+};
+
+// Helper for simple kernels: wraps two lambdas into a Kernel.
+template <typename InferFn, typename RunFn>
+class LambdaKernel final : public Kernel {
+ public:
+  LambdaKernel(InferFn infer, RunFn run) : infer_(std::move(infer)), run_(std::move(run)) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return infer_(in, out); }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override { return run_(in, out); }
+
+ private:
+  InferFn infer_;
+  RunFn run_;
+};
+template <typename InferFn, typename RunFn>
+std::unique_ptr<Kernel> make_lambda_kernel(InferFn infer, RunFn run) {
+  return std::make_unique<LambdaKernel<InferFn, RunFn>>(std::move(infer), std::move(run));
+}
+
+}  // namespace kiln

@@ -1,0 +1,95 @@
+#include "runtime/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln {
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims_[i]);
+  }
+  return s + "]";
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st = s;
+  int64_t acc = 1;
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
+  size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (rounded == 0) rounded = kTensorAlignment;
+  void* p = std::aligned_alloc(kTensorAlignment, rounded);
+  if (!p) return nullptr;
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+Tensor Tensor::zeros(DType dtype, const Shape& shape) {
+  Tensor t;
+  auto mem = aligned_alloc_shared(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.view_.data = mem.get();
+  t.storage_ = std::move(mem);
+  t.view_.dtype = dtype;
+  t.view_.shape = shape;
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, DType dtype, const Shape& shape, std::shared_ptr<const void> keepalive) {
+  Tensor t;
+  t.view_.data = data;
+  t.view_.dtype = dtype;
+  t.view_.shape = shape;
+  t.storage_ = std::move(keepalive);
+  return t;
+}
+
+Tensor Tensor::copy_of(const TensorView& v) {
+  Tensor t = zeros(v.dtype, v.shape);
+  if (v.nbytes()) std::memcpy(t.data(), v.data, v.nbytes());
+  return t;
+}
+
+int64_t read_int(const TensorView& v, int64_t i) {
+  switch (v.dtype) {
+    case DType::kInt64: return v.as<int64_t>()[i];
+    case DType::kInt32: return v.as<int32_t>()[i];
+    case DType::kInt16: return v.as<int16_t>()[i];
+    case DType::kInt8: return v.as<int8_t>()[i];
+    case DType::kUInt8: return v.as<uint8_t>()[i];
+    case DType::kUInt16: return v.as<uint16_t>()[i];
+    case DType::kUInt32: return v.as<uint32_t>()[i];
+    case DType::kUInt64: return static_cast<int64_t>(v.as<uint64_t>()[i]);
+    case DType::kBool: return v.as<bool>()[i] ? 1 : 0;
+    default: return static_cast<int64_t>(read_double(v, i));
+  }
+}
+
+double read_double(const TensorView& v, int64_t i) {
+  switch (v.dtype) {
+    case DType::kFloat32: return v.as<float>()[i];
+    case DType::kFloat64: return v.as<double>()[i];
+    case DType::kFloat16: return half_to_float(v.as<uint16_t>()[i]);
+    case DType::kBFloat16: return bf16_to_float(v.as<uint16_t>()[i]);
+    default: return static_cast<double>(read_int(v, i));
+  }
+}
+
+StatusOr<std::vector<int64_t>> read_int_vector(const TensorView& v, const std::string& what) {
+  if (!dtype_is_integer(v.dtype))
+    return InvalidArgument(what + " must be an integer tensor, got " + dtype_name(v.dtype));
+  if (v.numel() > 0 && v.data == nullptr) return InvalidArgument(what + " has no data");
+  std::vector<int64_t> out(static_cast<size_t>(v.numel()));
+  for (int64_t i = 0; i < v.numel(); ++i) out[i] = read_int(v, i);
+  return out;
+}
+
+}  // namespace kiln
