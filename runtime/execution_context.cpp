@@ -70,6 +70,13 @@ Status ExecutionContext::set_input(size_t index, const TensorView& view) {
         return InvalidArgument(what + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
                                std::to_string(view.shape[d]) + " (shape " + view.shape.str() + ")");
   }
+  if (!pv.range_min.empty()) {
+    for (int d = 0; d < view.shape.rank() && d < static_cast<int>(pv.range_min.size()); ++d)
+      if (view.shape[d] < pv.range_min[d] || view.shape[d] > pv.range_max[d])
+        return OutOfRange(what + " dim " + std::to_string(d) + (d < static_cast<int>(pv.dim_names.size()) && !pv.dim_names[d].empty() ? " ('" + pv.dim_names[d] + "')" : "") +
+                          " = " + std::to_string(view.shape[d]) + " is outside profile '" + plan_->profile + "' range [" +
+                          std::to_string(pv.range_min[d]) + ", " + std::to_string(pv.range_max[d]) + "]");
+  }
   if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what + " has no data");
   views_[plan_->inputs[index]] = view;
   input_bound_[index] = true;

@@ -19,6 +19,9 @@ struct PlanValue {
   std::vector<int64_t> dims;
   std::vector<std::string> dim_names;
   bool has_declared_shape = false;
+  // For graph inputs of an engine profile: the allowed range per dim (empty = unrestricted) and the
+  // shape the plan was tuned for.
+  std::vector<int64_t> range_min, range_opt, range_max;
 };
 
 struct PlanStep {
@@ -33,6 +36,7 @@ struct PlanStep {
 };
 
 struct Plan {
+  std::string profile;               // optimization profile this plan was built for ("" = none)
   int opset = 17;
   std::vector<PlanValue> values;
   std::vector<Tensor> constants;

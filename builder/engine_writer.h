@@ -1,0 +1,26 @@
+// Writes an engine file (format in runtime/engine_format.h): one plan per profile, weights stored
+// once across profiles (deduplicated by storage and then by content), 64-byte aligned.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace kiln {
+
+struct EngineWriteInput {
+  std::vector<std::shared_ptr<const Plan>> plans;   // one per profile, named by Plan::profile
+  std::string source_model;
+  std::string precision = "fp32";
+  uint64_t required_cpu_features = 0;
+  std::vector<std::string> plugin_libraries;
+};
+
+// Serializes to bytes (deterministic: the same input gives the same bytes).
+StatusOr<std::string> serialize_engine(const EngineWriteInput& in);
+// Writes atomically (temporary file + rename) so a failed build never leaves a half-written engine.
+Status write_engine_file(const std::string& path, const EngineWriteInput& in, uint64_t* bytes_written = nullptr);
+
+}  // namespace kiln

@@ -1,0 +1,246 @@
+#include "runtime/engine.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "runtime/engine.pb.h"
+#include "runtime/engine_format.h"
+
+namespace kiln {
+
+namespace {
+
+Status fail(const std::string& name, const std::string& what) { return DataLoss("engine '" + name + "': " + what); }
+
+StatusOr<Attribute> attr_from_proto(const engine::Attr& a, const std::string& where) {
+  switch (a.kind()) {
+    case engine::Attr::INT: return Attribute::Int(a.i());
+    case engine::Attr::FLOAT: return Attribute::Float(a.f());
+    case engine::Attr::STRING: return Attribute::String(a.s());
+    case engine::Attr::INTS: return Attribute::Ints({a.ints().begin(), a.ints().end()});
+    case engine::Attr::FLOATS: return Attribute::Floats({a.floats().begin(), a.floats().end()});
+    case engine::Attr::STRINGS: return Attribute::Strings({a.strings().begin(), a.strings().end()});
+    case engine::Attr::TENSOR: {
+      const auto& t = a.tensor();
+      const DType dt = static_cast<DType>(t.dtype());
+      if (!dtype_is_known(dt) || !Shape::fits_rank(t.dims_size())) return InvalidArgument(where + ": attribute '" + a.name() + "' has an invalid tensor");
+      Shape s;
+      for (auto d : t.dims()) {
+        if (d < 0 || d > (int64_t{1} << 32)) return InvalidArgument(where + ": attribute '" + a.name() + "' has an invalid dim");
+        s.push_back(d);
+      }
+      Tensor tensor = Tensor::zeros(dt, s);
+      if (tensor.nbytes() != t.data().size()) return InvalidArgument(where + ": attribute '" + a.name() + "' tensor size mismatch");
+      if (tensor.nbytes()) std::memcpy(tensor.data(), t.data().data(), tensor.nbytes());
+      return Attribute::TensorValue(tensor);
+    }
+    default: return InvalidArgument(where + ": attribute '" + a.name() + "' has unknown kind " + std::to_string(a.kind()));
+  }
+}
+
+StatusOr<Shape> checked_shape(const google::protobuf::RepeatedField<int64_t>& dims, const std::string& what) {
+  if (!Shape::fits_rank(dims.size())) return InvalidArgument(what + " has rank " + std::to_string(dims.size()) + " above 8");
+  Shape s;
+  for (auto d : dims) {
+    if (d < 0) return InvalidArgument(what + " has a negative dim");
+    s.push_back(d);
+  }
+  return s;
+}
+
+}  // namespace
+
+// Validates and decodes a whole engine image (file mmap or memory copy) into `out`.
+Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out) {
+  const char* base = static_cast<const char*>(image.get());
+  if (size < kEngineHeaderBytes) return fail(name, "file is " + std::to_string(size) + " bytes, smaller than the 128-byte header (truncated or not an engine)");
+  EngineHeader h;
+  std::memcpy(&h, base, sizeof h);
+  if (std::memcmp(h.magic, kEngineMagic, 8) != 0) return fail(name, "bad magic: not a kiln engine file");
+  if (h.format_version > kEngineFormatVersion)
+    return Status(StatusCode::kUnimplemented, "engine '" + name + "': format version " + std::to_string(h.format_version) +
+                  " is newer than this runtime supports (" + std::to_string(kEngineFormatVersion) + "); rebuild the engine or upgrade kiln");
+  if (h.format_version == 0) return fail(name, "format version 0 is invalid");
+  if (h.header_bytes != kEngineHeaderBytes) return fail(name, "header size " + std::to_string(h.header_bytes) + " is not 128");
+  if (checksum64(base, offsetof(EngineHeader, header_checksum)) != h.header_checksum) return fail(name, "header checksum mismatch (corrupted header)");
+  if (h.file_size != size) return fail(name, "file is " + std::to_string(size) + " bytes but its header says " + std::to_string(h.file_size) + " (truncated or padded)");
+  auto in_bounds = [&](uint64_t off, uint64_t len) { return off >= kEngineHeaderBytes && off <= size && len <= size - off; };
+  if (!in_bounds(h.metadata_offset, h.metadata_size)) return fail(name, "metadata section is out of bounds");
+  if (!in_bounds(h.weights_offset, h.weights_size)) return fail(name, "weights section is out of bounds");
+  if (h.weights_offset % kWeightAlignment) return fail(name, "weights section is not 64-byte aligned");
+  if (checksum64(base + h.metadata_offset, h.metadata_size) != h.metadata_checksum) return fail(name, "metadata checksum mismatch (corrupted metadata)");
+  if (checksum64(base + h.weights_offset, h.weights_size) != h.weights_checksum) return fail(name, "weights checksum mismatch (corrupted weights)");
+  const uint64_t missing = h.required_cpu_features & ~host_cpu_features();
+  if (missing)
+    return Status(StatusCode::kUnimplemented, "engine '" + name + "' requires CPU features this CPU lacks: " + cpu_feature_names(missing));
+
+  engine::EngineMeta meta;
+  if (!meta.ParseFromArray(base + h.metadata_offset, static_cast<int>(h.metadata_size))) return fail(name, "metadata is not a valid EngineMeta protobuf");
+
+  // Weights: bounds, alignment and sizes, then borrowed views into the image (no copy).
+  const char* blob = base + h.weights_offset;
+  std::vector<Tensor> weights;
+  uint64_t weight_bytes = 0;
+  for (int i = 0; i < meta.weights_size(); ++i) {
+    const auto& w = meta.weights(i);
+    const std::string what = "weight " + std::to_string(i);
+    const DType dt = static_cast<DType>(w.dtype());
+    if (!dtype_is_known(dt)) return fail(name, what + " has unknown dtype " + std::to_string(w.dtype()));
+    auto shape = checked_shape(w.dims(), what);
+    if (!shape.ok()) return fail(name, shape.status().message());
+    const uint64_t numel = static_cast<uint64_t>(shape->numel());
+    if (numel > h.weights_size || numel * dtype_size(dt) != w.nbytes()) return fail(name, what + " size does not match its shape " + shape->str());
+    if (w.offset() % kWeightAlignment || w.offset() > h.weights_size || w.nbytes() > h.weights_size - w.offset())
+      return fail(name, what + " lies outside the weights section or is misaligned");
+    weights.push_back(Tensor::borrow(const_cast<char*>(blob + w.offset()), dt, *shape, image));
+    weight_bytes += w.nbytes();
+  }
+
+  for (int p = 0; p < meta.profiles_size(); ++p) {
+    const auto& pp = meta.profiles(p);
+    const std::string where = "profile '" + pp.name() + "'";
+    auto plan = std::make_shared<Plan>();
+    plan->profile = pp.name();
+    plan->opset = pp.opset();
+    const int nv = pp.values_size();
+    auto valid_value = [&](int v, bool allow_absent) { return (allow_absent && v == -1) || (v >= 0 && v < nv); };
+    for (const auto& v : pp.values()) {
+      PlanValue pv;
+      pv.name = v.name();
+      pv.dtype = static_cast<DType>(v.dtype());
+      if (v.weight() >= 0) {
+        if (v.weight() >= static_cast<int>(weights.size())) return fail(name, where + ": value '" + v.name() + "' refers to missing weight " + std::to_string(v.weight()));
+        pv.constant = static_cast<int>(plan->constants.size());
+        plan->constants.push_back(weights[v.weight()]);
+      }
+      pv.dims.assign(v.dims().begin(), v.dims().end());
+      pv.dim_names.assign(v.dim_names().begin(), v.dim_names().end());
+      pv.has_declared_shape = v.has_declared_shape();
+      pv.range_min.assign(v.range_min().begin(), v.range_min().end());
+      pv.range_opt.assign(v.range_opt().begin(), v.range_opt().end());
+      pv.range_max.assign(v.range_max().begin(), v.range_max().end());
+      if (pv.dims.size() > kMaxRank || pv.range_min.size() != pv.range_max.size() || pv.range_min.size() > kMaxRank)
+        return fail(name, where + ": value '" + v.name() + "' has an invalid declared shape or range");
+      plan->values.push_back(std::move(pv));
+    }
+    for (const auto& s : pp.steps()) {
+      PlanStep step;
+      step.name = s.name();
+      step.op_type = s.op_type();
+      step.domain = s.domain();
+      step.impl = s.impl();
+      for (const auto& a : s.attrs()) {
+        auto attr = attr_from_proto(a, where + ": step '" + s.name() + "'");
+        if (!attr.ok()) return fail(name, attr.status().message());
+        step.attrs[a.name()] = std::move(attr).value();
+      }
+      for (int v : s.inputs()) {
+        if (!valid_value(v, true)) return fail(name, where + ": step '" + s.name() + "' reads value " + std::to_string(v) + " of " + std::to_string(nv));
+        step.inputs.push_back(v);
+      }
+      for (int v : s.outputs()) {
+        if (!valid_value(v, false)) return fail(name, where + ": step '" + s.name() + "' writes value " + std::to_string(v) + " of " + std::to_string(nv));
+        step.outputs.push_back(v);
+      }
+      step.replaced_nodes.assign(s.replaced_nodes().begin(), s.replaced_nodes().end());
+      plan->steps.push_back(std::move(step));
+    }
+    for (int v : pp.inputs()) {
+      if (!valid_value(v, false)) return fail(name, where + ": input index " + std::to_string(v) + " is out of range");
+      plan->inputs.push_back(v);
+    }
+    for (int v : pp.outputs()) {
+      if (!valid_value(v, false)) return fail(name, where + ": output index " + std::to_string(v) + " is out of range");
+      plan->outputs.push_back(v);
+    }
+    // Dataflow: every step reads only constants, graph inputs or outputs of earlier steps, and each
+    // value is written once, so a corrupted plan can never hand a kernel an unset tensor.
+    std::vector<char> defined(static_cast<size_t>(nv), 0);
+    for (int v = 0; v < nv; ++v) defined[v] = plan->values[v].constant >= 0;
+    for (int v : plan->inputs) defined[v] = 1;
+    for (const auto& step : plan->steps) {
+      for (int v : step.inputs)
+        if (v >= 0 && !defined[v]) return fail(name, where + ": step '" + step.name + "' reads a value no earlier step produces");
+      for (int v : step.outputs) {
+        if (defined[v]) return fail(name, where + ": step '" + step.name + "' overwrites an already defined value");
+        defined[v] = 1;
+      }
+    }
+    for (int v : plan->outputs)
+      if (!defined[v]) return fail(name, where + ": an output is never produced");
+    ProfileInfo info;
+    info.name = pp.name();
+    for (int v : plan->inputs) {
+      const PlanValue& pv = plan->values[v];
+      BindingInfo b{pv.name, pv.dtype, Shape(pv.range_min), Shape(pv.range_opt), Shape(pv.range_max), pv.dim_names};
+      info.inputs.push_back(std::move(b));
+    }
+    for (int v : plan->outputs) info.outputs.push_back(BindingInfo{plan->values[v].name, plan->values[v].dtype, {}, {}, {}, {}});
+    out.profiles_.push_back(std::move(info));
+    out.plans_.push_back(std::move(plan));
+  }
+  out.info_.format_version = h.format_version;
+  out.info_.producer = std::string(h.producer, strnlen(h.producer, sizeof h.producer));
+  out.info_.source_model = meta.source_model();
+  out.info_.precision = meta.precision();
+  out.info_.required_cpu_features = h.required_cpu_features;
+  out.info_.file_bytes = size;
+  out.info_.weight_bytes = weight_bytes;
+  out.info_.weight_count = weights.size();
+  for (const auto& lib : meta.plugin_libraries()) out.info_.plugin_libraries.push_back(lib.path());
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot open engine '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return IoError("engine '" + path + "' is not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return DataLoss("engine '" + path + "': file is empty");
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return IoError("cannot mmap engine '" + path + "': " + std::strerror(errno));
+  std::shared_ptr<const void> image(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  auto engine = std::shared_ptr<Engine>(new Engine());
+  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, *engine));
+  return engine;
+}
+
+StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t size, const std::string& name) {
+  // Copied once into 64-byte aligned storage: the weights blob's alignment is relative to the image start.
+  auto copy = aligned_alloc_shared(size);
+  if (!copy) return Internal("out of memory loading engine '" + name + "'");
+  if (size) std::memcpy(copy.get(), data, size);
+  auto engine = std::shared_ptr<Engine>(new Engine());
+  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, *engine));
+  return engine;
+}
+
+int Engine::find_profile(const std::string& name) const {
+  for (size_t i = 0; i < profiles_.size(); ++i)
+    if (profiles_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+StatusOr<std::unique_ptr<ExecutionContext>> Engine::create_context(const std::string& profile) const {
+  const int p = find_profile(profile);
+  if (p < 0) {
+    std::string known;
+    for (const auto& pi : profiles_) known += (known.empty() ? "" : ", ") + pi.name;
+    return NotFound("engine has no profile '" + profile + "' (profiles: " + known + ")");
+  }
+  return ExecutionContext::create(plans_[p]);
+}
+
+}  // namespace kiln

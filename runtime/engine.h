@@ -1,0 +1,60 @@
+// Engine: an immutable, thread-shareable engine loaded from a file (weights mmap'd, not copied) or
+// from memory. It lists its optimization profiles and their bindings and creates execution
+// contexts; any number of contexts, on any threads, may run concurrently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/execution_context.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+
+struct BindingInfo {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape min, opt, max;         // inputs only; outputs have no range
+  std::vector<std::string> dim_names;
+};
+
+struct ProfileInfo {
+  std::string name;
+  std::vector<BindingInfo> inputs;
+  std::vector<BindingInfo> outputs;
+};
+
+struct EngineInfo {
+  uint32_t format_version = 0;
+  std::string producer;
+  std::string source_model;
+  std::string precision;
+  uint64_t required_cpu_features = 0;
+  uint64_t file_bytes = 0;
+  uint64_t weight_bytes = 0;
+  size_t weight_count = 0;
+  std::vector<std::string> plugin_libraries;
+};
+
+class Engine {
+ public:
+  // `name` names the engine in errors (the path for files).
+  static StatusOr<std::shared_ptr<Engine>> load_file(const std::string& path);
+  static StatusOr<std::shared_ptr<Engine>> load_memory(const void* data, size_t size, const std::string& name = "<memory>");
+
+  const EngineInfo& info() const { return info_; }
+  const std::vector<ProfileInfo>& profiles() const { return profiles_; }
+  int find_profile(const std::string& name) const;  // -1 if absent
+  std::shared_ptr<const Plan> plan(size_t profile) const { return plans_[profile]; }
+  // A new context for `profile`; errors name the known profiles.
+  StatusOr<std::unique_ptr<ExecutionContext>> create_context(const std::string& profile) const;
+
+ private:
+  friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out);
+  EngineInfo info_;
+  std::vector<ProfileInfo> profiles_;
+  std::vector<std::shared_ptr<const Plan>> plans_;
+};
+
+}  // namespace kiln
