@@ -38,5 +38,8 @@ Status dead_node_elimination(Graph& g, PassContext& ctx);
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from
 // what is known of its inputs. Never fails: what cannot be inferred stays unknown.
 void infer_node(Graph& g, Node& n);
+// Like infer_node, but returns the kernel's error when the node's (concrete) input shapes are
+// incompatible: used to check optimization profiles against the graph.
+Status check_node_shapes(Graph& g, Node& n);
 
 }  // namespace kiln

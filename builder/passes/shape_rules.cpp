@@ -344,9 +344,10 @@ bool symbolic_rule(Graph& g, Node& n) {
   return false;
 }
 
-// Generic inference by the kernel itself, for concrete input shapes.
-void kernel_rule(Graph& g, Node& n) {
-  if (!n.domain.empty()) return;
+// Generic inference by the kernel itself, for concrete input shapes. Returns the kernel's error
+// when it rejects the shapes; OK when it inferred them or could not be asked.
+Status kernel_rule(Graph& g, Node& n) {
+  if (!n.domain.empty()) return Status::Ok();
   const bool independent = kDataIndependent.count(n.op_type) > 0;
   const bool after_first = kShapeInputsAfterFirst.count(n.op_type) > 0;
   std::vector<TensorView> views;
@@ -355,8 +356,8 @@ void kernel_rule(Graph& g, Node& n) {
     if (v < 0) { views.emplace_back(); continue; }
     const Value& val = g.values[v];
     if (val.is_constant()) { views.push_back(val.constant.view()); continue; }
-    if (!val.shape || !sym_shape_concrete(*val.shape) || !dtype_is_known(val.dtype)) return;
-    if (!independent && !(after_first && i == 0)) return;
+    if (!val.shape || !sym_shape_concrete(*val.shape) || !dtype_is_known(val.dtype)) return Status::Ok();
+    if (!independent && !(after_first && i == 0)) return Status::Ok();
     views.push_back(TensorView{nullptr, val.dtype, to_shape(*val.shape)});
   }
   KernelArgs args;
@@ -366,11 +367,13 @@ void kernel_rule(Graph& g, Node& n) {
   args.num_inputs = static_cast<int>(n.inputs.size());
   args.num_outputs = static_cast<int>(n.outputs.size());
   auto kernel = KernelRegistry::builtin().create(args, n.attrs);
-  if (!kernel.ok()) return;
+  if (!kernel.ok()) return Status::Ok();  // unsupported ops are reported when the plan is built
   std::vector<TensorDesc> descs(n.outputs.size());
-  if (!(*kernel)->infer(views, descs).ok()) return;
+  Status st = (*kernel)->infer(views, descs);
+  if (!st.ok()) return st.with_context(g.describe_node(n));
   for (size_t o = 0; o < n.outputs.size(); ++o)
     if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, from_shape(descs[o].shape));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -384,7 +387,13 @@ void infer_node(Graph& g, Node& n) {
       if (!g.values[o].shape || !sym_shape_concrete(*g.values[o].shape)) all_known = false;
     if (all_known) return;
   }
-  kernel_rule(g, n);
+  (void)kernel_rule(g, n);  // what cannot be inferred stays unknown
+}
+
+Status check_node_shapes(Graph& g, Node& n) {
+  infer_sym_value(g, n);
+  if (n.domain.empty()) symbolic_rule(g, n);
+  return kernel_rule(g, n);
 }
 
 }  // namespace kiln
