@@ -1,0 +1,72 @@
+// Private header of the oneDNN kernels: a prepared primitive with its arguments, run through the C
+// API so that run() neither creates primitives nor allocates.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "runtime/kernel.h"
+
+namespace kiln {
+
+// The process-wide CPU engine.
+const dnnl::engine& onednn_engine();
+
+// One primitive plus its argument list. Memory objects are created in prepare() without data and
+// get their data pointers bound right before each execution.
+class OnednnExec {
+ public:
+  void reset() {
+    prim_ = dnnl::primitive();
+    mems_.clear();
+    args_.clear();
+    scratch_.reset();
+  }
+  // `pd` must have been created with scratchpad_mode::user; the scratchpad is allocated here.
+  void init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim);
+  // Declares an argument; returns its slot for bind().
+  int add_arg(int arg, const dnnl::memory::desc& md);
+  void bind(int slot, const void* data) { mems_[slot].set_data_handle(const_cast<void*>(data)); }
+  Status execute(const dnnl::stream& s) const;
+  bool ready() const { return static_cast<bool>(prim_); }
+
+ private:
+  dnnl::primitive prim_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<dnnl_exec_arg_t> args_;
+  std::shared_ptr<void> scratch_;
+};
+
+// Base of the oneDNN kernels. Shapes and validation come from the wrapped reference kernel, and
+// every case build() declines (dtype, rank, zero-size dims, a primitive oneDNN cannot create) runs
+// on it as well.
+class OnednnKernel : public Kernel {
+ public:
+  explicit OnednnKernel(std::unique_ptr<Kernel> ref) : ref_(std::move(ref)), stream_(onednn_engine()) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override;
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return use_ref_ ? ref_->run(in, out) : execute(in, out);
+  }
+  // "reference" once prepare() handed the current shapes to the reference kernel.
+  const char* impl_name() const override { return use_ref_ ? "reference" : "onednn"; }
+
+ protected:
+  // Builds the primitives for these shapes; returns false when the case is left to the reference.
+  virtual StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) = 0;
+  virtual Status execute(std::span<const TensorView> in, std::span<const TensorView> out) = 0;
+
+  std::unique_ptr<Kernel> ref_;
+  dnnl::stream stream_;
+  bool use_ref_ = false;
+};
+
+// C-order strides of `dims` as oneDNN dims.
+dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);
+
+void register_onednn_matmul_kernels(KernelRegistry& r);
+void register_onednn_conv_kernels(KernelRegistry& r);
+
+}  // namespace kiln
