@@ -12,32 +12,47 @@ namespace {
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
 // The transformer hot path: float32 rows along the contiguous last axis. One pass for the max,
-// one for exp and the sum, one to scale; fast_expf keeps the middle pass vectorized.
+// one for exp and the sum, one to scale; AVX2 for the body of each pass when compiled for it.
 void softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, bool log) {
 #pragma omp parallel for schedule(static) if (rows * n > 32768 && rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
+    int64_t i = 0;
     float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
+#ifdef KILN_REDUCTION_AVX2
+    const int64_t n8 = n & ~int64_t{7};
+    if (n8) {
+      __m256 vm = _mm256_set1_ps(-INFINITY);
+      for (; i < n8; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(xr + i));
+      m = hmax8(vm);
+    }
+#endif
+    for (; i < n; ++i) m = std::max(m, xr[i]);
+    // NaN inputs make the sum NaN, so the whole row comes out NaN, as in numpy.
     float s = 0.0f;
+    i = 0;
+#ifdef KILN_REDUCTION_AVX2
+    const __m256 vmax = _mm256_set1_ps(m);
+    __m256 vs = _mm256_setzero_ps();
+    for (; i < n8; i += 8) {
+      const __m256 e = fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmax));
+      if (!log) _mm256_storeu_ps(yr + i, e);
+      vs = _mm256_add_ps(vs, e);
+    }
+    s = hsum8(vs);
+#endif
+    for (; i < n; ++i) {
+      const float e = fast_expf(xr[i] - m);
+      if (!log) yr[i] = e;
+      s += e;
+    }
     if (log) {
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < n; ++i) s += fast_expf(xr[i] - m);
       const float ls = std::log(s);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
     } else {
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < n; ++i) {
-        const float e = fast_expf(xr[i] - m);
-        yr[i] = e;
-        s += e;
-      }
       const float inv = 1.0f / s;
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) yr[i] *= inv;
+      for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
     }
   }
 }

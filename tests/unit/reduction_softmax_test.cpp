@@ -50,6 +50,21 @@ TEST(FastExp, MatchesStdExpAcrossRange) {
   EXPECT_NEAR(fast_expf(88.7f) / std::exp(static_cast<double>(88.7f)), 1.0, 1e-6);
 }
 
+#ifdef KILN_REDUCTION_AVX2
+TEST(FastExp, EightLanesMatchScalar) {
+  const float xs[] = {-1000.0f, -87.5f, -87.3f, -20.25f, -1.0f, 0.0f, 0.5f, 3.0f, 50.0f, 88.7f, 89.0f, INFINITY, -INFINITY, NAN, 1e-8f, -0.3466f};
+  for (int start = 0; start < 16; start += 8) {
+    float out[8];
+    _mm256_storeu_ps(out, fast_exp8(_mm256_loadu_ps(xs + start)));
+    for (int i = 0; i < 8; ++i) {
+      const float want = fast_expf(xs[start + i]);
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[i])) << xs[start + i];
+      else EXPECT_EQ(out[i], want) << xs[start + i];
+    }
+  }
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Softmax family
 
@@ -90,11 +105,21 @@ TEST(SoftmaxKernels, LargeNumbersAndMaskedEntries) {
   r = run1("Softmax", {}, {F({0, ninf, 0, -3.4e38f}, {4})});
   ASSERT_TRUE(r.ok()) << r.status().message();
   expect_tensor<float>((*r)[0], {4}, {0.5f, 0, 0.5f, 0});
+  // Same with the masked entries inside a full vector and in the scalar tail.
+  std::vector<float> v(19, ninf), want(19, 0.0f);
+  v[2] = v[9] = v[17] = 1.5f;
+  want[2] = want[9] = want[17] = 1.0f / 3;
+  r = run1("Softmax", {}, {F(v, {19})});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_tensor<float>((*r)[0], {19}, want);
+  r = run1("LogSoftmax", {}, {F({1, NAN, 2, 3, 4, 5, 6, 7, 8}, {9})});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(std::isnan((*r)[0].as<float>()[i])) << i;
 }
 
 TEST(SoftmaxKernels, LongRowsMatchDoubleReference) {
-  // 7 rows of 1000 (not a multiple of the vector width), values spread over [-30, 30].
-  const int rows = 7, n = 1000;
+  // 7 rows of 1003 (not a multiple of the vector width), values spread over [-30, 30].
+  const int rows = 7, n = 1003;
   std::vector<float> v(rows * n);
   for (int i = 0; i < rows * n; ++i) v[i] = static_cast<float>(std::fmod(i * 7.31, 60.0) - 30.0);
   auto r = run1("Softmax", {}, {F(v, {rows, n})});
