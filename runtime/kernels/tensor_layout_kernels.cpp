@@ -133,34 +133,37 @@ KernelOr make_split(const KernelArgs&, AttrReader& attrs) {
         if (s.rank() == 0) return InvalidArgument("input 0 is a scalar; Split needs rank >= 1");
         KILN_ASSIGN_OR_RETURN(int axis, normalize_axis(axis_attr, s.rank()));
         const int64_t dim = s[axis], n = static_cast<int64_t>(out.size());
-        std::vector<int64_t> sizes = split_attr;
-        if (in.size() > 1 && in[1].present()) {
-          KILN_ASSIGN_OR_RETURN(sizes, read_int_vector(in[1], "input 1 (split)"));
+        // Sizes are read in place (input 1, the attribute, or equal chunks): infer runs on every
+        // execution and must not allocate.
+        const bool from_input = in.size() > 1 && in[1].present();
+        if (from_input) {
+          if (!dtype_is_integer(in[1].dtype) || in[1].shape.rank() > 1)
+            return InvalidArgument("input 1 (split) must be a 1-D integer tensor, got " + dtype_name(in[1].dtype) +
+                                   in[1].shape.str());
+          if (in[1].numel() > 0 && in[1].data == nullptr) return InvalidArgument("input 1 (split) has no data");
         }
-        if (sizes.empty()) {
+        const int64_t given = from_input ? in[1].numel() : static_cast<int64_t>(split_attr.size());
+        const int64_t chunk = (dim + n - 1) / n;
+        if (given == 0 && num_outputs == 0 && dim % n != 0)
           // Opset 18's num_outputs allows a smaller last chunk; before, the split must be even.
-          if (num_outputs == 0 && dim % n != 0)
-            return InvalidArgument("dim " + std::to_string(axis) + " of size " + std::to_string(dim) +
-                                   " cannot be split evenly into " + std::to_string(n) + " outputs");
-          const int64_t chunk = (dim + n - 1) / n;
-          for (int64_t i = 0; i < n; ++i) sizes.push_back(std::clamp<int64_t>(dim - i * chunk, 0, chunk));
-        }
-        if (static_cast<int64_t>(sizes.size()) != n)
-          return InvalidArgument("split has " + std::to_string(sizes.size()) + " entries for " + std::to_string(n) +
+          return InvalidArgument("dim " + std::to_string(axis) + " of size " + std::to_string(dim) +
+                                 " cannot be split evenly into " + std::to_string(n) + " outputs");
+        if (given != 0 && given != n)
+          return InvalidArgument("split has " + std::to_string(given) + " entries for " + std::to_string(n) +
                                  " outputs");
         int64_t sum = 0;
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          if (sizes[i] < 0)
-            return InvalidArgument("split entry " + std::to_string(i) + " is " + std::to_string(sizes[i]));
-          sum += sizes[i];
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t size = from_input ? read_int(in[1], i)
+                               : given    ? split_attr[i]
+                                          : std::clamp<int64_t>(dim - i * chunk, 0, chunk);
+          if (size < 0) return InvalidArgument("split entry " + std::to_string(i) + " is " + std::to_string(size));
+          sum += size;
+          out[i] = {in[0].dtype, s};
+          out[i].shape[axis] = size;
         }
         if (sum != dim)
           return InvalidArgument("split sums to " + std::to_string(sum) + " but dim " + std::to_string(axis) +
                                  " has size " + std::to_string(dim));
-        for (int64_t i = 0; i < n; ++i) {
-          out[i] = {in[0].dtype, s};
-          out[i].shape[axis] = sizes[i];
-        }
         return Status::Ok();
       },
       [=](std::span<const TensorView> in, std::span<const TensorView> out) -> Status {
