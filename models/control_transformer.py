@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from init_utils import perturb_norms
+
 MAX_TIMESTEPS = 6
 NUM_META_TOKENS = 5
 NUM_WAYPOINTS = 10
@@ -167,7 +169,7 @@ class CacheEnabledControlTransformer(nn.Module):
 def build_model(size):
     torch.manual_seed(0)
     model = CacheEnabledControlTransformer(**SIZES[size])
-    return model.eval()
+    return perturb_norms(model, seed=1).eval()
 
 
 def block_causal_mask(tpt, cached_timesteps, new_timesteps):

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from init_utils import perturb_norms
+
 SIZES = {
     "full": dict(layers=4, dim=256, heads=4, vocab=1000, max_pos=1152),
     "small": dict(layers=2, dim=64, heads=2, vocab=1000, max_pos=1152),
@@ -130,7 +132,7 @@ class GPT2Decoder(nn.Module):
 
 def build_model(size):
     torch.manual_seed(0)
-    return GPT2Decoder(**SIZES[size]).eval()
+    return perturb_norms(GPT2Decoder(**SIZES[size]), seed=1).eval()
 
 
 def _inputs(size, seq, past, seed):

@@ -5,6 +5,8 @@ import numpy as np
 import torch
 import torchvision
 
+from init_utils import perturb_norms
+
 SIZES = {"full": dict(image=224), "small": dict(image=64)}
 INPUT_NAMES = ["input"]
 OUTPUT_NAMES = ["logits"]
@@ -17,14 +19,8 @@ def dynamic_axes():
 
 def build_model(size):
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=1000).eval()
-    # Fresh BatchNorm statistics are mean 0 / var 1; random ones make the folded affine non-trivial.
-    gen = torch.Generator().manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-    return model
+    # BatchNorm gets random statistics and affine parameters; the exporter folds it into the convolutions.
+    return perturb_norms(torchvision.models.resnet18(num_classes=1000), seed=1).eval()
 
 
 def images(size, batch, seed):

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torchvision.models.vision_transformer import VisionTransformer
 
+from init_utils import perturb_norms
+
 SIZES = {
     "full": dict(image_size=224, patch_size=16, num_layers=4, num_heads=12, hidden_dim=768, mlp_dim=3072),
     "small": dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128),
@@ -31,7 +33,7 @@ def build_model(size):
     # torchvision zero-initialises the classifier head; give it weights so the logits mean something.
     torch.nn.init.normal_(model.heads.head.weight, std=0.02)
     torch.nn.init.normal_(model.heads.head.bias, std=0.02)
-    return model
+    return perturb_norms(model, seed=1)
 
 
 def images(size, batch, seed):
