@@ -1,0 +1,184 @@
+#include "runtime/execution_context.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln {
+
+namespace {
+size_t aligned_size(const TensorDesc& d) {
+  const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
+  return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared_ptr<const Plan> plan,
+                                                                      const KernelRegistry& registry) {
+  std::unique_ptr<ExecutionContext> ctx(new ExecutionContext(plan));
+  const size_t nv = plan->values.size(), ns = plan->steps.size();
+  ctx->views_.resize(nv);
+  ctx->planned_.resize(nv);
+  ctx->offsets_.assign(nv, 0);
+  ctx->heap_buffers_.resize(nv);
+  ctx->input_bound_.assign(plan->inputs.size(), false);
+  ctx->prepared_.assign(ns, false);
+  ctx->last_use_.assign(nv, -1);
+  size_t max_in = 0, max_out = 0;
+  for (size_t s = 0; s < ns; ++s) {
+    const PlanStep& step = plan->steps[s];
+    KernelArgs args;
+    args.op_type = step.op_type;
+    args.node_name = step.name;
+    args.opset = plan->opset;
+    args.num_inputs = static_cast<int>(step.inputs.size());
+    args.num_outputs = static_cast<int>(step.outputs.size());
+    KILN_ASSIGN_OR_RETURN(auto kernel, registry.create(args, step.attrs, step.impl));
+    ctx->kernels_.push_back(std::move(kernel));
+    for (int v : step.inputs)
+      if (v >= 0) ctx->last_use_[v] = static_cast<int>(s);
+    max_in = std::max(max_in, step.inputs.size());
+    max_out = std::max(max_out, step.outputs.size());
+  }
+  for (int v : plan->outputs) ctx->last_use_[v] = static_cast<int>(ns);
+  for (size_t c = 0; c < plan->values.size(); ++c)
+    if (plan->values[c].constant >= 0) ctx->views_[c] = plan->constants[plan->values[c].constant].view();
+  ctx->in_scratch_.resize(max_in);
+  ctx->out_scratch_.resize(max_out);
+  ctx->desc_scratch_.resize(max_out);
+  return ctx;
+}
+
+Status ExecutionContext::set_input(const std::string& name, const TensorView& view) {
+  for (size_t i = 0; i < plan_->inputs.size(); ++i)
+    if (plan_->values[plan_->inputs[i]].name == name) return set_input(i, view);
+  std::string known;
+  for (int v : plan_->inputs) known += (known.empty() ? "" : ", ") + plan_->values[v].name;
+  return NotFound("the model has no input named '" + name + "' (inputs: " + known + ")");
+}
+
+Status ExecutionContext::set_input(size_t index, const TensorView& view) {
+  if (index >= plan_->inputs.size()) return OutOfRange("input index " + std::to_string(index) + " is out of range");
+  const PlanValue& pv = plan_->values[plan_->inputs[index]];
+  const std::string what = "input '" + pv.name + "'";
+  if (view.dtype != pv.dtype)
+    return InvalidArgument(what + " must be " + dtype_name(pv.dtype) + ", got " + dtype_name(view.dtype));
+  if (pv.has_declared_shape) {
+    if (static_cast<size_t>(view.shape.rank()) != pv.dims.size())
+      return InvalidArgument(what + " must have rank " + std::to_string(pv.dims.size()) + ", got shape " + view.shape.str());
+    for (int d = 0; d < view.shape.rank(); ++d)
+      if (pv.dims[d] >= 0 && pv.dims[d] != view.shape[d])
+        return InvalidArgument(what + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
+                               std::to_string(view.shape[d]) + " (shape " + view.shape.str() + ")");
+  }
+  if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what + " has no data");
+  views_[plan_->inputs[index]] = view;
+  input_bound_[index] = true;
+  return Status::Ok();
+}
+
+Status ExecutionContext::run_step(size_t s, bool use_arena) {
+  const PlanStep& step = plan_->steps[s];
+  Kernel& kernel = *kernels_[s];
+  const size_t ni = step.inputs.size(), no = step.outputs.size();
+  std::span<TensorView> in(in_scratch_.data(), ni);
+  std::span<TensorView> out(out_scratch_.data(), no);
+  std::span<TensorDesc> desc(desc_scratch_.data(), no);
+  for (size_t i = 0; i < ni; ++i) in[i] = step.inputs[i] >= 0 ? views_[step.inputs[i]] : TensorView{};
+  for (size_t o = 0; o < no; ++o) desc[o] = TensorDesc{};
+  const std::string where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; }();
+  Status st = kernel.infer(in, desc);
+  if (!st.ok()) return st.with_context(where);
+  bool shapes_changed = !prepared_[s];
+  for (size_t o = 0; o < no; ++o) {
+    const int v = step.outputs[o];
+    if (!dtype_is_known(desc[o].dtype)) return Internal(where + ": output " + std::to_string(o) + " has no inferred dtype");
+    if (use_arena && desc[o].dtype == planned_[v].dtype && desc[o].shape == planned_[v].shape) {
+      views_[v] = TensorView{static_cast<char*>(arena_.get()) + offsets_[v], desc[o].dtype, desc[o].shape};
+    } else {
+      // Unplanned run, or a data-dependent shape that differs from the plan: own buffer, re-plan later.
+      if (use_arena) arena_valid_ = false;
+      Tensor& buf = heap_buffers_[v];
+      if (buf.empty() || buf.dtype() != desc[o].dtype || buf.shape() != desc[o].shape) {
+        if (buf.empty() || buf.nbytes() < static_cast<size_t>(desc[o].shape.numel()) * dtype_size(desc[o].dtype) ||
+            buf.dtype() != desc[o].dtype)
+          buf = Tensor::zeros(desc[o].dtype, desc[o].shape);
+        else
+          buf = buf.reshaped(desc[o].shape);
+      }
+      views_[v] = buf.view();
+      shapes_changed = true;
+    }
+    planned_[v] = desc[o];
+    out[o] = views_[v];
+  }
+  if (shapes_changed) {
+    st = kernel.prepare(in, out);
+    if (!st.ok()) return st.with_context(where);
+    prepared_[s] = true;
+  }
+  st = kernel.run(in, out);
+  if (!st.ok()) return st.with_context(where);
+  return Status::Ok();
+}
+
+Status ExecutionContext::run() {
+  for (size_t i = 0; i < input_bound_.size(); ++i)
+    if (!input_bound_[i]) return InvalidArgument("input '" + input_name(i) + "' was not set");
+  bool same_inputs = arena_valid_ && planned_input_shapes_.size() == plan_->inputs.size();
+  for (size_t i = 0; same_inputs && i < plan_->inputs.size(); ++i)
+    same_inputs = planned_input_shapes_[i] == views_[plan_->inputs[i]].shape;
+  if (!same_inputs) {
+    arena_valid_ = false;
+    std::fill(prepared_.begin(), prepared_.end(), false);
+  }
+  const bool use_arena = arena_valid_;
+  for (size_t s = 0; s < plan_->steps.size(); ++s) KILN_RETURN_IF_ERROR(run_step(s, use_arena && arena_valid_));
+  if (!arena_valid_) {
+    plan_arena();
+    planned_input_shapes_.clear();
+    for (int v : plan_->inputs) planned_input_shapes_.push_back(views_[v].shape);
+    // Steps keep their prepared state: the next run sees identical shapes, only new buffers.
+  }
+  return Status::Ok();
+}
+
+void ExecutionContext::plan_arena() {
+  // Greedy best-fit by size: place each produced value at the lowest offset that does not overlap a
+  // value whose lifetime [producer step, last use] intersects its own.
+  struct Item { int value; int begin; int end; size_t size; };
+  std::vector<Item> items;
+  for (size_t s = 0; s < plan_->steps.size(); ++s)
+    for (int v : plan_->steps[s].outputs) {
+      const int end = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
+      items.push_back(Item{v, static_cast<int>(s), end, aligned_size(planned_[v])});
+    }
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].size > items[b].size; });
+  std::vector<size_t> placed;
+  size_t total = 0;
+  for (size_t idx : order) {
+    const Item& it = items[idx];
+    std::vector<std::pair<size_t, size_t>> busy;
+    for (size_t p : placed) {
+      const Item& q = items[p];
+      if (q.begin <= it.end && it.begin <= q.end) busy.push_back({offsets_[q.value], offsets_[q.value] + q.size});
+    }
+    std::sort(busy.begin(), busy.end());
+    size_t off = 0;
+    for (const auto& [b, e] : busy) {
+      if (off + it.size <= b) break;
+      off = std::max(off, e);
+    }
+    offsets_[it.value] = off;
+    total = std::max(total, off + it.size);
+    placed.push_back(idx);
+  }
+  if (total > arena_bytes_ || !arena_) {
+    arena_ = aligned_alloc_shared(total);
+    arena_bytes_ = total;
+  }
+  arena_valid_ = true;
+}
+
+}  // namespace kiln

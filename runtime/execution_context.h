@@ -1,0 +1,63 @@
+// ExecutionContext: per-thread execution state for one Plan (the Engine/Plan is shared and
+// immutable; a context owns its kernels and its activation arena, like ncnn's Extractor).
+//
+// Memory: the first run at a new set of input shapes executes with per-value buffers and records
+// every value's shape; from those it plans one arena with buffers reused by liveness. Later runs at
+// the same shapes use the arena and allocate nothing. A data-dependent op whose output shape changes
+// falls back to per-value buffers for the rest of that run and triggers a re-plan.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel.h"
+#include "runtime/plan.h"
+
+namespace kiln {
+
+class ExecutionContext {
+ public:
+  static StatusOr<std::unique_ptr<ExecutionContext>> create(std::shared_ptr<const Plan> plan,
+                                                            const KernelRegistry& registry = KernelRegistry::builtin());
+
+  // Binds an input (zero copy: the data must stay valid until run() returns). Checks dtype, rank and
+  // static dims against the declaration; the error names the input, dim and values.
+  Status set_input(const std::string& name, const TensorView& view);
+  Status set_input(size_t index, const TensorView& view);
+  Status run();
+
+  size_t num_inputs() const { return plan_->inputs.size(); }
+  size_t num_outputs() const { return plan_->outputs.size(); }
+  const std::string& input_name(size_t i) const { return plan_->values[plan_->inputs[i]].name; }
+  const std::string& output_name(size_t i) const { return plan_->values[plan_->outputs[i]].name; }
+  // Valid after run() until the next run().
+  const TensorView& output(size_t i) const { return views_[plan_->outputs[i]]; }
+  const Plan& plan() const { return *plan_; }
+  const Kernel& kernel(size_t step) const { return *kernels_[step]; }
+  size_t arena_bytes() const { return arena_bytes_; }
+
+ private:
+  explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
+  Status run_step(size_t s, bool use_arena);
+  void plan_arena();
+
+  std::shared_ptr<const Plan> plan_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;
+  std::vector<TensorView> views_;            // current view of every value
+  std::vector<TensorDesc> planned_;          // descs the arena was planned for
+  std::vector<size_t> offsets_;              // arena offset per value (planned values only)
+  std::vector<Tensor> heap_buffers_;         // per-value buffers of an unplanned run
+  std::vector<bool> input_bound_;
+  std::vector<Shape> planned_input_shapes_;
+  std::vector<bool> prepared_;               // per step: prepared for the current shapes
+  std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
+  std::shared_ptr<void> arena_;
+  size_t arena_bytes_ = 0;
+  bool arena_valid_ = false;
+  // Scratch spans reused by every step, sized once at creation.
+  std::vector<TensorView> in_scratch_, out_scratch_;
+  std::vector<TensorDesc> desc_scratch_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,376 @@
+// Reference normalization kernels: BatchNormalization (inference), InstanceNormalization,
+// LayerNormalization (with a fast float32 path), LRN and MeanVarianceNormalization.
+#include <cmath>
+
+#include "runtime/kernels/nn_common.h"
+
+namespace kiln {
+
+namespace {
+
+Status check_same_float_dtype(std::span<const TensorView> in, size_t first, size_t last) {
+  for (size_t i = first; i < last && i < in.size(); ++i)
+    if (in[i].present() && in[i].dtype != DType::kFloat32 && in[i].dtype != DType::kFloat64)
+      return Unimplemented("input " + std::to_string(i) + " dtype " + dtype_name(in[i].dtype) +
+                           " is not supported (float32/float64 only)");
+  return Status::Ok();
+}
+
+Status check_channel_vector(const TensorView& v, int index, int64_t C) {
+  if (v.shape.rank() != 1 || v.shape[0] != C)
+    return InvalidArgument("input " + std::to_string(index) + " must have shape [" + std::to_string(C) + "], got " +
+                           v.shape.str());
+  return Status::Ok();
+}
+
+// ---- BatchNormalization (inference) -------------------------------------------------------------
+
+class BatchNormKernel final : public Kernel {
+ public:
+  explicit BatchNormKernel(float epsilon) : epsilon_(epsilon) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 5, 5));
+    KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 5));
+    if (out.size() > 1) return Unimplemented("outputs running_mean/running_var need training_mode=1, which is not supported");
+    const Shape& x = in[0].shape;
+    if (x.rank() < 2) return InvalidArgument("input 0 must have rank >= 2, got shape " + x.str());
+    for (int i = 1; i < 5; ++i) KILN_RETURN_IF_ERROR(check_channel_vector(in[i], i, x[1]));
+    out[0] = {in[0].dtype, x};
+    return Status::Ok();
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const Shape& xs = in[0].shape;
+      const int64_t C = xs[1], planes = xs[0] * C, inner = xs.numel(2, xs.rank());
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+#pragma omp parallel for schedule(static) if (planes * inner > 16384)
+      for (int64_t p = 0; p < planes; ++p) {
+        const int64_t c = p % C;
+        const double a = read_double(in[1], c) / std::sqrt(read_double(in[4], c) + epsilon_);
+        const double b = read_double(in[2], c) - read_double(in[3], c) * a;
+        const T fa = static_cast<T>(a), fb = static_cast<T>(b);
+        for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = x[p * inner + i] * fa + fb;
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+// ---- InstanceNormalization ----------------------------------------------------------------------
+
+class InstanceNormKernel final : public Kernel {
+ public:
+  explicit InstanceNormKernel(float epsilon) : epsilon_(epsilon) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 3, 3));
+    KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 3));
+    const Shape& x = in[0].shape;
+    if (x.rank() < 3) return InvalidArgument("input 0 must have rank >= 3, got shape " + x.str());
+    for (int i = 1; i < 3; ++i) KILN_RETURN_IF_ERROR(check_channel_vector(in[i], i, x[1]));
+    out[0] = {in[0].dtype, x};
+    return Status::Ok();
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const Shape& xs = in[0].shape;
+      const int64_t C = xs[1], planes = xs[0] * C, inner = xs.numel(2, xs.rank());
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+#pragma omp parallel for schedule(static) if (planes * inner > 16384)
+      for (int64_t p = 0; p < planes; ++p) {
+        const T* xp = x + p * inner;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < inner; ++i) mean += xp[i];
+        mean = inner ? mean / inner : 0.0;
+        for (int64_t i = 0; i < inner; ++i) var += (xp[i] - mean) * (xp[i] - mean);
+        var = inner ? var / inner : 0.0;
+        const double a = read_double(in[1], p % C) / std::sqrt(var + epsilon_);
+        const double b = read_double(in[2], p % C) - mean * a;
+        for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = static_cast<T>(xp[i] * a + b);
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+// ---- LayerNormalization -------------------------------------------------------------------------
+
+class LayerNormKernel final : public Kernel {
+ public:
+  LayerNormKernel(int64_t axis, float epsilon) : axis_attr_(axis), epsilon_(epsilon) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 3));
+    KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 3));
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].present() && in[i].dtype != in[0].dtype)
+        return InvalidArgument("input " + std::to_string(i) + " dtype " + dtype_name(in[i].dtype) +
+                               " differs from input 0 dtype " + dtype_name(in[0].dtype));
+    const Shape& x = in[0].shape;
+    KILN_RETURN_IF_ERROR(layout(in));
+    out[0] = {in[0].dtype, x};
+    Shape stat = x;
+    for (int i = axis_; i < x.rank(); ++i) stat[i] = 1;
+    for (size_t i = 1; i < out.size(); ++i) out[i] = {DType::kFloat32, stat};
+    return Status::Ok();
+  }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView>) override { return layout(in); }
+
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    float* mean_out = out.size() > 1 && out[1].present() ? out[1].as<float>() : nullptr;
+    float* inv_out = out.size() > 2 && out[2].present() ? out[2].as<float>() : nullptr;
+    const bool has_bias = in.size() > 2 && in[2].present();
+    if (in[0].dtype == DType::kFloat32 && dense_params_) {
+      run_fast(in[0].as<float>(), in[1].as<float>(), has_bias ? in[2].as<float>() : nullptr, out[0].as<float>(),
+               mean_out, inv_out);
+      return Status::Ok();
+    }
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = in[0].as<T>();
+      const T* scale = in[1].as<T>();
+      const T* bias = has_bias ? in[2].as<T>() : nullptr;
+      T* y = out[0].as<T>();
+#pragma omp parallel for schedule(static) if (rows_ * cols_ > 16384)
+      for (int64_t r = 0; r < rows_; ++r) {
+        const T* xr = x + r * cols_;
+        T* yr = y + r * cols_;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < cols_; ++i) mean += xr[i];
+        mean = cols_ ? mean / cols_ : 0.0;
+        for (int64_t i = 0; i < cols_; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+        var = cols_ ? var / cols_ : 0.0;
+        const double inv = 1.0 / std::sqrt(var + epsilon_);
+        for (int64_t i = 0; i < cols_; ++i) {
+          const double v = (xr[i] - mean) * inv * scale[param_offset(i, scale_strides_)] +
+                           (bias ? static_cast<double>(bias[param_offset(i, bias_strides_)]) : 0.0);
+          yr[i] = static_cast<T>(v);
+        }
+        if (mean_out) mean_out[r] = static_cast<float>(mean);
+        if (inv_out) inv_out[r] = static_cast<float>(inv);
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  // Rows of the normalized region, mean and variance in one pass of double sums shifted by the
+  // row's first element (which keeps E[x^2]-E[x]^2 from cancelling), then one pass to write.
+  void run_fast(const float* x, const float* scale, const float* bias, float* y, float* mean_out,
+                float* inv_out) const {
+    const int64_t rows = rows_, cols = cols_;
+    const double eps = epsilon_;
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      float* yr = y + r * cols;
+      const float shift = cols ? xr[0] : 0.0f;
+      double s = 0, ss = 0;
+#pragma omp simd reduction(+ : s, ss)
+      for (int64_t i = 0; i < cols; ++i) {
+        const double d = static_cast<double>(xr[i] - shift);
+        s += d;
+        ss += d * d;
+      }
+      const double ms = cols ? s / cols : 0.0;
+      const double var = std::max(0.0, (cols ? ss / cols : 0.0) - ms * ms);
+      const double inv = 1.0 / std::sqrt(var + eps);
+      const float m = static_cast<float>(shift + ms), fi = static_cast<float>(inv);
+      if (bias) {
+#pragma omp simd
+        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi * scale[i] + bias[i];
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi * scale[i];
+      }
+      if (mean_out) mean_out[r] = m;
+      if (inv_out) inv_out[r] = fi;
+    }
+  }
+
+  int64_t param_offset(int64_t i, const Shape& strides) const {
+    int64_t off = 0;
+    for (int d = norm_shape_.rank() - 1; d >= 0; --d) {
+      off += (i % norm_shape_[d]) * strides[d];
+      i /= norm_shape_[d];
+    }
+    return off;
+  }
+
+  Status layout(std::span<const TensorView> in) {
+    const Shape& x = in[0].shape;
+    KILN_ASSIGN_OR_RETURN(axis_, normalize_axis(axis_attr_, x.rank()));
+    if (x.rank() == 0) return InvalidArgument("input 0 must have rank >= 1");
+    rows_ = x.numel(0, axis_);
+    cols_ = x.numel(axis_, x.rank());
+    norm_shape_ = Shape{};
+    for (int i = axis_; i < x.rank(); ++i) norm_shape_.push_back(x[i]);
+    dense_params_ = true;
+    for (size_t i = 1; i < in.size(); ++i) {
+      if (!in[i].present()) continue;
+      auto b = broadcast_shapes(in[i].shape, norm_shape_);
+      if (!b.ok() || *b != norm_shape_)
+        return InvalidArgument("input " + std::to_string(i) + " shape " + in[i].shape.str() +
+                               " does not broadcast to the normalized shape " + norm_shape_.str());
+      (i == 1 ? scale_strides_ : bias_strides_) = broadcast_strides(in[i].shape, norm_shape_);
+      if (in[i].numel() != cols_) dense_params_ = false;
+    }
+    return Status::Ok();
+  }
+
+  int64_t axis_attr_;
+  float epsilon_;
+  int axis_ = 0;
+  int64_t rows_ = 0, cols_ = 0;
+  Shape norm_shape_, scale_strides_, bias_strides_;
+  bool dense_params_ = true;
+};
+
+// ---- LRN ----------------------------------------------------------------------------------------
+
+class LrnKernel final : public Kernel {
+ public:
+  LrnKernel(float alpha, float beta, float bias, int64_t size) : alpha_(alpha), beta_(beta), bias_(bias), size_(size) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 1, 1));
+    KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 1));
+    if (in[0].shape.rank() < 3) return InvalidArgument("input 0 must have rank >= 3, got shape " + in[0].shape.str());
+    out[0] = in[0].desc();
+    return Status::Ok();
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const Shape& xs = in[0].shape;
+      const int64_t N = xs[0], C = xs[1], inner = xs.numel(2, xs.rank());
+      const int64_t before = (size_ - 1) / 2, after = size_ - 1 - before;
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t c0 = std::max<int64_t>(0, c - before), c1 = std::min<int64_t>(C - 1, c + after);
+          for (int64_t i = 0; i < inner; ++i) {
+            double sq = 0;
+            for (int64_t cc = c0; cc <= c1; ++cc) {
+              const double v = x[(n * C + cc) * inner + i];
+              sq += v * v;
+            }
+            const int64_t o = (n * C + c) * inner + i;
+            y[o] = static_cast<T>(x[o] / std::pow(bias_ + alpha_ / size_ * sq, static_cast<double>(beta_)));
+          }
+        }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  double alpha_, beta_, bias_;
+  int64_t size_;
+};
+
+// ---- MeanVarianceNormalization ------------------------------------------------------------------
+
+class MvnKernel final : public Kernel {
+ public:
+  explicit MvnKernel(std::vector<int64_t> axes) : axes_(std::move(axes)) {}
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 1, 1));
+    KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 1));
+    for (int64_t a : axes_) KILN_RETURN_IF_ERROR(normalize_axis(a, in[0].shape.rank(), "axes value").status());
+    out[0] = in[0].desc();
+    return Status::Ok();
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const Shape& xs = in[0].shape;
+    const int rank = xs.rank();
+    bool reduced[kMaxRank] = {};
+    for (int64_t a : axes_) reduced[normalize_axis(a, rank).value()] = true;
+    // Offsets of the kept (outer) and reduced (inner) index spaces; their sums address every element.
+    const Shape strides = contiguous_strides(xs);
+    auto offsets = [&](bool want_reduced) {
+      std::vector<int64_t> offs{0};
+      for (int d = 0; d < rank; ++d) {
+        if (reduced[d] != want_reduced) continue;
+        std::vector<int64_t> next;
+        next.reserve(offs.size() * xs[d]);
+        for (int64_t o : offs)
+          for (int64_t i = 0; i < xs[d]; ++i) next.push_back(o + i * strides[d]);
+        offs.swap(next);
+      }
+      return offs;
+    };
+    const std::vector<int64_t> outer = offsets(false), inner = offsets(true);
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+      const int64_t n_outer = static_cast<int64_t>(outer.size()), n_inner = static_cast<int64_t>(inner.size());
+#pragma omp parallel for schedule(static) if (n_outer * n_inner > 16384)
+      for (int64_t o = 0; o < n_outer; ++o) {
+        double mean = 0, var = 0;
+        for (int64_t off : inner) mean += x[outer[o] + off];
+        mean = n_inner ? mean / n_inner : 0.0;
+        for (int64_t off : inner) var += (x[outer[o] + off] - mean) * (x[outer[o] + off] - mean);
+        var = n_inner ? var / n_inner : 0.0;
+        const double denom = std::sqrt(var) + 1e-9;
+        for (int64_t off : inner) y[outer[o] + off] = static_cast<T>((x[outer[o] + off] - mean) / denom);
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  std::vector<int64_t> axes_;
+};
+
+}  // namespace
+
+void register_nn_norm_kernels(KernelRegistry& r) {
+  r.add({"BatchNormalization", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(float eps, a.get_float("epsilon", 1e-5f));
+           KILN_ASSIGN_OR_RETURN(float momentum, a.get_float("momentum", 0.9f));
+           (void)momentum;  // only used by training mode
+           KILN_ASSIGN_OR_RETURN(int64_t training, a.get_int("training_mode", 0));
+           if (training != 0) return Unimplemented("attribute 'training_mode'=1 is not supported");
+           return std::unique_ptr<Kernel>(std::make_unique<BatchNormKernel>(eps));
+         }});
+  r.add({"InstanceNormalization", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(float eps, a.get_float("epsilon", 1e-5f));
+           return std::unique_ptr<Kernel>(std::make_unique<InstanceNormKernel>(eps));
+         }});
+  r.add({"LayerNormalization", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(int64_t axis, a.get_int("axis", -1));
+           KILN_ASSIGN_OR_RETURN(float eps, a.get_float("epsilon", 1e-5f));
+           KILN_ASSIGN_OR_RETURN(int64_t stash, a.get_int("stash_type", 1));
+           if (stash != 1) return Unimplemented("attribute 'stash_type'=" + std::to_string(stash) + " is not supported");
+           return std::unique_ptr<Kernel>(std::make_unique<LayerNormKernel>(axis, eps));
+         }});
+  r.add({"LRN", "reference", 0, [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(float alpha, a.get_float("alpha", 1e-4f));
+           KILN_ASSIGN_OR_RETURN(float beta, a.get_float("beta", 0.75f));
+           KILN_ASSIGN_OR_RETURN(float bias, a.get_float("bias", 1.0f));
+           KILN_ASSIGN_OR_RETURN(int64_t size, a.require_int("size"));
+           if (size < 1) return InvalidArgument("size must be >= 1, got " + std::to_string(size));
+           return std::unique_ptr<Kernel>(std::make_unique<LrnKernel>(alpha, beta, bias, size));
+         }});
+  r.add({"MeanVarianceNormalization", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(auto axes, a.get_ints("axes", {0, 2, 3}));
+           return std::unique_ptr<Kernel>(std::make_unique<MvnKernel>(std::move(axes)));
+         }});
+}
+
+}  // namespace kiln

@@ -1,0 +1,199 @@
+// Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
+// spatial dims (run as 3-D with trailing unit dims).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernels/nn_common.h"
+
+namespace kiln {
+
+namespace {
+
+enum class PoolKind { kMax, kAverage, kLp };
+
+template <typename F>
+Status dispatch_pool(PoolKind kind, DType dt, F&& f) {
+  switch (dt) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kInt8:
+      if (kind == PoolKind::kMax) return f(int8_t{});
+      break;
+    case DType::kUInt8:
+      if (kind == PoolKind::kMax) return f(uint8_t{});
+      break;
+    default: break;
+  }
+  return Unimplemented("input 0 dtype " + dtype_name(dt) + " is not supported");
+}
+
+class PoolKernel final : public Kernel {
+ public:
+  PoolKernel(PoolKind kind, bool global, WindowAttrs w, bool ceil_mode, bool count_include_pad, int64_t storage_order,
+             int64_t p)
+      : kind_(kind), global_(global), w_(std::move(w)), ceil_mode_(ceil_mode),
+        count_include_pad_(count_include_pad), storage_order_(storage_order), p_(p) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 1, 1));
+    KILN_RETURN_IF_ERROR(dispatch_pool(kind_, in[0].dtype, [](auto) { return Status::Ok(); }));
+    const Shape& x = in[0].shape;
+    if (x.rank() < 3) return InvalidArgument("input 0 must have rank >= 3, got shape " + x.str());
+    KILN_RETURN_IF_ERROR(compute_geometry(x));
+    Shape os{x[0], x[1]};
+    for (int i = 0; i < g_.n; ++i) os.push_back(g_.out[i]);
+    out[0] = {in[0].dtype, os};
+    if (out.size() > 1) out[1] = {DType::kInt64, os};
+    return Status::Ok();
+  }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView>) override {
+    return compute_geometry(in[0].shape);
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return dispatch_pool(kind_, in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const WindowGeom& g = g_;
+      const int64_t planes = in[0].shape[0] * in[0].shape[1];
+      const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+      const T* x = in[0].as<T>();
+      T* y = out[0].as<T>();
+      int64_t* indices = out.size() > 1 && out[1].present() ? out[1].as<int64_t>() : nullptr;
+#pragma omp parallel for schedule(static) if (planes * out_plane > 4096)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        const T* xp = x + pl * in_plane;
+        for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+          for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+            for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+              const int64_t o[3] = {o0, o1, o2};
+              int64_t lo[3], hi[3];  // valid kernel taps [lo, hi) per dim
+              int64_t padded_count = 1;
+              for (int d = 0; d < 3; ++d) {
+                const int64_t start = o[d] * g.stride[d] - g.pad_begin[d];
+                lo[d] = 0;
+                hi[d] = g.k[d];
+                int64_t plo = 0, phi = g.k[d];
+                for (; lo[d] < hi[d] && start + lo[d] * g.dil[d] < 0; ++lo[d]) {}
+                for (; hi[d] > lo[d] && start + (hi[d] - 1) * g.dil[d] >= g.in[d]; --hi[d]) {}
+                for (; phi > plo && start + (phi - 1) * g.dil[d] >= g.in[d] + g.pad_end[d]; --phi) {}
+                padded_count *= phi - plo;
+              }
+              double acc = 0;
+              int64_t count = 0, best_idx = -1;
+              T best = std::numeric_limits<T>::lowest();
+              for (int64_t k0 = lo[0]; k0 < hi[0]; ++k0) {
+                const int64_t i0 = o0 * g.stride[0] - g.pad_begin[0] + k0 * g.dil[0];
+                for (int64_t k1 = lo[1]; k1 < hi[1]; ++k1) {
+                  const int64_t i1 = o1 * g.stride[1] - g.pad_begin[1] + k1 * g.dil[1];
+                  for (int64_t k2 = lo[2]; k2 < hi[2]; ++k2) {
+                    const int64_t i2 = o2 * g.stride[2] - g.pad_begin[2] + k2 * g.dil[2];
+                    const int64_t idx = (i0 * g.in[1] + i1) * g.in[2] + i2;
+                    const T v = xp[idx];
+                    ++count;
+                    if (kind_ == PoolKind::kMax) {
+                      if (best_idx < 0 || v > best) {
+                        best = v;
+                        best_idx = storage_order_ ? i0 + i1 * g.in[0] + i2 * g.in[0] * g.in[1] : idx;
+                      }
+                    } else if (kind_ == PoolKind::kAverage) {
+                      acc += static_cast<double>(v);
+                    } else {
+                      acc += std::pow(std::abs(static_cast<double>(v)), static_cast<double>(p_));
+                    }
+                  }
+                }
+              }
+              const int64_t oi = pl * out_plane + (o0 * g.out[1] + o1) * g.out[2] + o2;
+              if (kind_ == PoolKind::kMax) {
+                y[oi] = best;
+                if (indices) indices[oi] = best_idx < 0 ? -1 : pl * in_plane + best_idx;
+              } else if (kind_ == PoolKind::kAverage) {
+                const int64_t div = count_include_pad_ ? padded_count : count;
+                y[oi] = static_cast<T>(div > 0 ? acc / static_cast<double>(div) : 0.0);
+              } else {
+                y[oi] = static_cast<T>(std::pow(acc, 1.0 / static_cast<double>(p_)));
+              }
+            }
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  Status compute_geometry(const Shape& x) {
+    const int n = x.rank() - 2;
+    if (global_) {
+      if (n > kMaxSpatial) return Unimplemented(std::to_string(n) + " spatial dims are not supported");
+      WindowGeom g;
+      g.n = n;
+      for (int i = 0; i < n; ++i) {
+        g.in[i] = g.k[i] = x[i + 2];
+        g.out[i] = 1;
+      }
+      g_ = g;
+      return Status::Ok();
+    }
+    if (static_cast<int>(w_.kernel_shape.size()) != n)
+      return InvalidArgument("kernel_shape has " + std::to_string(w_.kernel_shape.size()) +
+                             " values, expected one per spatial dim of input 0 (" + std::to_string(n) + ")");
+    KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, x.data() + 2, w_.kernel_shape.data(), n, ceil_mode_));
+    return Status::Ok();
+  }
+
+  PoolKind kind_;
+  bool global_;
+  WindowAttrs w_;
+  bool ceil_mode_, count_include_pad_;
+  int64_t storage_order_, p_;
+  WindowGeom g_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_pool(PoolKind kind, AttrReader& attrs) {
+  WindowAttrs w;
+  KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, kind == PoolKind::kMax));
+  if (w.kernel_shape.empty()) return InvalidArgument("attribute 'kernel_shape' is required");
+  int64_t ceil_mode = 0, count_include_pad = 0, storage_order = 0, p = 2;
+  if (kind != PoolKind::kLp) {
+    KILN_ASSIGN_OR_RETURN(ceil_mode, attrs.get_int("ceil_mode", 0));
+  }
+  if (kind == PoolKind::kAverage) {
+    KILN_ASSIGN_OR_RETURN(count_include_pad, attrs.get_int("count_include_pad", 0));
+  }
+  if (kind == PoolKind::kMax) {
+    KILN_ASSIGN_OR_RETURN(storage_order, attrs.get_int("storage_order", 0));
+  }
+  if (kind == PoolKind::kLp) {
+    KILN_ASSIGN_OR_RETURN(p, attrs.get_int("p", 2));
+  }
+  if (storage_order != 0 && storage_order != 1)
+    return InvalidArgument("storage_order must be 0 or 1, got " + std::to_string(storage_order));
+  if (p < 1) return InvalidArgument("p must be >= 1, got " + std::to_string(p));
+  return std::unique_ptr<Kernel>(std::make_unique<PoolKernel>(kind, false, std::move(w), ceil_mode != 0,
+                                                              count_include_pad != 0, storage_order, p));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& attrs) {
+  int64_t p = 2;
+  if (kind == PoolKind::kLp) {
+    KILN_ASSIGN_OR_RETURN(p, attrs.get_int("p", 2));
+  }
+  if (p < 1) return InvalidArgument("p must be >= 1, got " + std::to_string(p));
+  return std::unique_ptr<Kernel>(std::make_unique<PoolKernel>(kind, true, WindowAttrs{}, false, false, 0, p));
+}
+
+}  // namespace
+
+void register_nn_pool_kernels(KernelRegistry& r) {
+  r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kMax, a); }});
+  r.add({"AveragePool", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kAverage, a); }});
+  r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
+  r.add({"GlobalMaxPool", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kMax, a); }});
+  r.add({"GlobalAveragePool", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kAverage, a); }});
+  r.add({"GlobalLpPool", "reference", 0,
+         [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kLp, a); }});
+}
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs, skipping the ones already installed. Runs as root on a
+# fresh Debian machine (uses sudo when not root).
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libprotobuf-dev protobuf-compiler libonnx-dev libyaml-cpp-dev libspdlog-dev
+  libbenchmark-dev libgtest-dev libdnnl-dev
+  python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "[deps] installing: ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,144 @@
+// ExecutionContext: arena planning, re-planning on shape change, input validation, and no heap
+// allocation in a steady-state run (counted through a replaced global operator new).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+
+#include "builder/build_plan.h"
+#include "onnx_model_builder.h"
+#include "runtime/execution_context.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace kiln {
+namespace {
+
+using testing::OnnxModelBuilder;
+
+// y = Softmax(Relu(x @ w + b)) over a dynamic batch dim "N".
+Graph mlp_graph() {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {std::string("N"), int64_t{5}});
+  std::vector<float> w(5 * 3), bias = {0.1f, -0.2f, 0.3f};
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i) - 0.3f;
+  b.initializer_f("w", w, {5, 3}).initializer_f("b", bias, {3});
+  b.node("MatMul", {"x", "w"}, {"xw"});
+  b.node("Add", {"xw", "b"}, {"h"});
+  b.node("Relu", {"h"}, {"r"});
+  b.node("Softmax", {"r"}, {"y"});
+  b.output("y");
+  auto g = b.import();
+  EXPECT_TRUE(g.ok());
+  return std::move(g).value();
+}
+
+std::vector<float> reference_mlp(const Tensor& x) {
+  const int64_t n = x.shape()[0];
+  std::vector<float> out(static_cast<size_t>(n * 3));
+  for (int64_t r = 0; r < n; ++r) {
+    float h[3], mx = -1e30f, sum = 0;
+    for (int c = 0; c < 3; ++c) {
+      float acc = c == 0 ? 0.1f : c == 1 ? -0.2f : 0.3f;
+      for (int k = 0; k < 5; ++k) acc += x.as<float>()[r * 5 + k] * (0.05f * static_cast<float>(k * 3 + c) - 0.3f);
+      h[c] = std::max(acc, 0.0f);
+      mx = std::max(mx, h[c]);
+    }
+    for (int c = 0; c < 3; ++c) sum += (h[c] = std::exp(h[c] - mx));
+    for (int c = 0; c < 3; ++c) out[static_cast<size_t>(r * 3 + c)] = h[c] / sum;
+  }
+  return out;
+}
+
+Tensor input(int64_t n) {
+  Tensor t = Tensor::zeros(DType::kFloat32, Shape{n, 5});
+  for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = std::sin(static_cast<float>(i));
+  return t;
+}
+
+std::shared_ptr<Plan> dynamic_plan() {
+  auto plan = build_plan(mlp_graph(), {});
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return *plan;
+}
+
+void expect_matches(const TensorView& y, const Tensor& x) {
+  auto want = reference_mlp(x);
+  ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y.as<float>()[i], want[i], 1e-5) << i;
+}
+
+TEST(ExecutionContext, RunsAcrossShapeChangesAndReplans) {
+  auto ctx = ExecutionContext::create(dynamic_plan());
+  ASSERT_TRUE(ctx.ok()) << ctx.status().message();
+  for (int64_t n : {4, 4, 7, 1, 7, 0, 4}) {
+    Tensor x = input(n);
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    Status st = (*ctx)->run();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ((*ctx)->output(0).shape, (Shape{n, 3}));
+    expect_matches((*ctx)->output(0), x);
+  }
+  EXPECT_GT((*ctx)->arena_bytes(), 0u);
+}
+
+TEST(ExecutionContext, SteadyStateRunDoesNotAllocate) {
+  auto ctx = ExecutionContext::create(dynamic_plan());
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = input(33);
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  ASSERT_TRUE((*ctx)->run().ok());  // unplanned run: records shapes, plans the arena
+  ASSERT_TRUE((*ctx)->run().ok());  // first arena run
+  g_allocations = 0;
+  g_counting = true;
+  Status st = (*ctx)->run();
+  g_counting = false;
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(g_allocations.load(), 0) << "operator new called in a steady-state run";
+  expect_matches((*ctx)->output(0), x);
+}
+
+TEST(ExecutionContext, InputValidationNamesInputDimAndValue) {
+  auto ctx = ExecutionContext::create(dynamic_plan());
+  ASSERT_TRUE(ctx.ok());
+  Tensor bad = Tensor::zeros(DType::kFloat32, Shape{2, 6});
+  Status st = (*ctx)->set_input("x", bad.view());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("input 'x' dim 1 must be 5, got 6"), std::string::npos) << st.message();
+  Tensor wrong_type = Tensor::zeros(DType::kInt64, Shape{2, 5});
+  st = (*ctx)->set_input("x", wrong_type.view());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("float32"), std::string::npos);
+  EXPECT_FALSE((*ctx)->set_input("nope", bad.view()).ok());
+  EXPECT_FALSE((*ctx)->run().ok());  // x never bound
+}
+
+TEST(ExecutionContext, TwoContextsShareOnePlan) {
+  auto plan = dynamic_plan();
+  auto a = ExecutionContext::create(plan);
+  auto b = ExecutionContext::create(plan);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Tensor xa = input(3), xb = input(9);
+  ASSERT_TRUE((*a)->set_input("x", xa.view()).ok());
+  ASSERT_TRUE((*b)->set_input("x", xb.view()).ok());
+  ASSERT_TRUE((*a)->run().ok());
+  ASSERT_TRUE((*b)->run().ok());
+  expect_matches((*a)->output(0), xa);
+  expect_matches((*b)->output(0), xb);
+}
+
+}  // namespace
+}  // namespace kiln
