@@ -129,7 +129,7 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="path of the .onnx file to write")
     p.add_argument("--size", choices=["small", "full"], default="full")
     p.add_argument("--reference-dir", help="write reference cases under this directory")
-    p.add_argument("--case", action="append", default=[],
+    p.add_argument("--case", action="extend", nargs="+", default=[],
                    help="reference case to write (repeatable; default with --reference-dir: all cases)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
