@@ -140,7 +140,8 @@ TEST(PassPipeline, EachPassOnAndOffGivesTheSameOutputs) {
     const std::vector<float> off = run_model(*g, {name}, x);
     EXPECT_EQ(off, all_on) << "with pass " << name << " disabled";
   }
-  const std::vector<float> none = run_model(*g, {pass_names().begin(), pass_names().end()}, x);
+  const auto names = pass_names();
+  const std::vector<float> none = run_model(*g, {names.begin(), names.end()}, x);
   EXPECT_EQ(none, all_on);
   for (size_t i = 0; i < all_on.size(); ++i) EXPECT_EQ(all_on[i], std::max(0.0f, x.as<float>()[i]));
 }

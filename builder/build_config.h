@@ -1,0 +1,89 @@
+// The YAML build config of engine-build (yaml-cpp). Relative paths resolve against the config
+// file's folder. Unknown keys and wrong types are errors naming the key path and its line, e.g.
+//   configs/x.yaml:12: 'profiles.full.dims.timesteps': expected an integer or {min, opt, max}, got 'six'
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace kiln {
+
+// A dim value: a number (min = opt = max) or {min, opt, max}.
+struct DimRange {
+  int64_t min = 0, opt = 0, max = 0;
+  bool fixed() const { return min == max; }
+};
+
+// Per-input explicit shapes (instead of dims): shapes: {cached_kv: {min: [...], opt: [...], max: [...]}}.
+struct ShapeRange {
+  std::vector<int64_t> min, opt, max;
+};
+
+struct ProfileConfig {
+  std::string name;
+  std::map<std::string, DimRange> dims;        // dim_param name -> range
+  std::map<std::string, ShapeRange> shapes;    // input name -> shapes
+  int line = 0;                                // where the profile is declared (for errors)
+};
+
+// How benchmark and validation inputs are generated.
+struct InputGenerator {
+  std::string kind;        // "uniform" (floats, [low, high)), "randint" (ints, [low, high)), "zeros", "ones",
+                           // "block_causal" (bool mask [new, total], True = may attend), "causal"
+  double low = 0, high = 1;
+  int64_t block = 0;       // block_causal: tokens per block (timestep)
+  uint64_t seed = 0;       // 0 = derived from the input name
+};
+
+struct BenchmarkConfig {
+  double rate_hz = 10;
+  double budget_ms = 100;  // defaults to 1000 / rate_hz when not given
+  int warmup = 5;
+  int iterations = 100;
+};
+
+struct StateConfig {
+  std::string output, input;
+  int64_t axis = 0;
+};
+
+struct StreamingConfig {
+  bool present = false;
+  std::string cold_start, step;
+  int steps = 100;
+  std::vector<StateConfig> state;
+  int64_t tokens_per_step = 0;
+  int64_t max_steps = 0;
+};
+
+struct BuildConfig {
+  std::string config_path;   // the YAML file itself
+  std::string model;         // absolute or relative to the working directory after resolution
+  std::string output;        // engine path
+  std::string precision = "fp32";   // fp32 | bf16
+  int threads = 0;           // 0 = all cores
+  std::vector<ProfileConfig> profiles;   // in file order
+  std::map<std::string, InputGenerator> inputs;
+  BenchmarkConfig benchmark;
+  std::vector<std::string> plugin_libraries;   // plugins: {load: [path.so]}
+  std::map<std::string, std::string> fusions;  // fusions: {attention: required|auto|off}
+  std::vector<std::string> disabled_passes;    // passes: {disable: [name, ...]}
+  StreamingConfig streaming;
+};
+
+// Parses `path`. `overrides` are --set KEY=VALUE pairs applied before validation; KEY is a dotted
+// path (benchmark.iterations, profiles.full.dims.timesteps, output) and VALUE is parsed as YAML
+// (so "5", "{min: 1, opt: 6, max: 6}" and "[a.so]" all work).
+StatusOr<BuildConfig> load_build_config(const std::string& path,
+                                        const std::vector<std::pair<std::string, std::string>>& overrides = {});
+// Same, from YAML text; `path` names it in errors and anchors relative paths.
+StatusOr<BuildConfig> parse_build_config(const std::string& yaml_text, const std::string& path,
+                                         const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+}  // namespace kiln

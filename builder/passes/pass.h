@@ -1,0 +1,42 @@
+// The pass interface and the single ordered pipeline (pipeline.cpp lists the passes in order, with
+// why). Every pass can be disabled by name.
+#pragma once
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "builder/graph.h"
+
+namespace kiln {
+
+struct PassContext {
+  std::set<std::string> disabled;     // pass names to skip
+  std::vector<std::string> log;       // one line per rewrite worth reporting
+  int64_t max_folded_bytes = 64 << 20;  // constant folding never materializes a bigger tensor
+};
+
+struct Pass {
+  const char* name;
+  const char* why;
+  std::function<Status(Graph&, PassContext&)> run;
+};
+
+const std::vector<Pass>& pass_pipeline();
+// Runs every enabled pass in order; errors name the pass.
+Status run_pass_pipeline(Graph& g, PassContext& ctx);
+// Names of all passes, for --disable-pass validation and help texts.
+std::vector<std::string> pass_names();
+
+// The passes (one file each).
+Status identity_elimination(Graph& g, PassContext& ctx);
+Status shape_inference(Graph& g, PassContext& ctx);
+Status constant_folding(Graph& g, PassContext& ctx);
+Status dead_node_elimination(Graph& g, PassContext& ctx);
+
+// Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from
+// what is known of its inputs. Never fails: what cannot be inferred stays unknown.
+void infer_node(Graph& g, Node& n);
+
+}  // namespace kiln

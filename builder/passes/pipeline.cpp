@@ -1,0 +1,43 @@
+#include <algorithm>
+
+#include "builder/passes/pass.h"
+
+namespace kiln {
+
+const std::vector<Pass>& pass_pipeline() {
+  static const std::vector<Pass> passes = {
+      {"identity_elimination", "drop Identity nodes first so later patterns see producer->consumer edges directly",
+       identity_elimination},
+      {"shape_inference", "propagate dtypes and (symbolic) shapes so folding and fusions can reason about them",
+       shape_inference},
+      {"constant_folding",
+       "evaluate nodes whose inputs are constant, and Shape/Size of values whose shape is known, so the "
+       "Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
+       constant_folding},
+      {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
+  };
+  return passes;
+}
+
+std::vector<std::string> pass_names() {
+  std::vector<std::string> names;
+  for (const auto& p : pass_pipeline()) names.push_back(p.name);
+  return names;
+}
+
+Status run_pass_pipeline(Graph& g, PassContext& ctx) {
+  for (const auto& d : ctx.disabled) {
+    auto names = pass_names();
+    if (std::find(names.begin(), names.end(), d) == names.end())
+      return InvalidArgument("unknown pass '" + d + "' in the disabled list");
+  }
+  for (const auto& p : pass_pipeline()) {
+    if (ctx.disabled.count(p.name)) continue;
+    Status st = p.run(g, ctx);
+    if (!st.ok()) return st.with_context(std::string("pass ") + p.name);
+    g.compact();
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln

@@ -1,0 +1,390 @@
+// Per-op dtype and shape inference over symbolic dims. Ops with a rule here work with symbols;
+// every other op is inferred by its kernel once its input shapes are concrete (and any inputs that
+// describe shapes are constant).
+#include <functional>
+#include <map>
+#include <set>
+
+#include "builder/passes/pass.h"
+#include "runtime/kernel.h"
+
+namespace kiln {
+
+namespace {
+
+using Dims = std::vector<Dim>;
+
+const std::set<std::string> kSameShape = {
+    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+    "Asinh", "Acosh", "Atanh", "Ceil", "Floor", "Round", "Sign", "Erf", "Relu", "LeakyRelu", "Elu", "Selu", "Celu",
+    "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Tanh", "ThresholdedRelu", "Shrink", "Clip",
+    "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "Dropout", "Identity", "CumSum", "Trilu",
+    "BatchNormalization", "InstanceNormalization", "LRN", "MeanVarianceNormalization", "IsNaN", "IsInf", "Not",
+    "Gelu", "Mish"};
+const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal",
+                                          "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Max",
+                                          "Min", "Sum", "Mean", "PRelu", "BitShift"};
+const std::set<std::string> kBoolOut = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+                                        "Xor", "Not", "IsNaN", "IsInf"};
+// Ops whose kernel infer() reads no input data: safe to infer with shapes only.
+const std::set<std::string> kDataIndependent = {
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MatMul",
+    "Gemm", "Flatten", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Cast", "CastLike", "ArgMax",
+    "ArgMin", "DepthToSpace", "SpaceToDepth", "ScatterElements", "ScatterND", "Einsum", "Size", "Shape"};
+// Ops whose shape-describing inputs are inputs 1.. (input 0 is data): safe when those are constant.
+const std::set<std::string> kShapeInputsAfterFirst = {
+    "Reshape", "Expand", "Slice", "Tile", "Unsqueeze", "Squeeze", "Pad", "Split", "ReduceSum", "ReduceMean",
+    "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceSumSquare", "Resize", "TopK", "OneHot", "Upsample"};
+
+bool known_rank(const Value& v) { return v.shape.has_value(); }
+
+Dim broadcast_dim(const Dim& a, const Dim& b) {
+  if (a == b) return a;
+  if (a.is_known() && a.value == 1) return b;
+  if (b.is_known() && b.value == 1) return a;
+  if (a.is_known() && !b.is_known()) return a;  // a symbol broadcast against a size must equal it
+  if (b.is_known() && !a.is_known()) return b;
+  return Dim{};
+}
+
+Dims broadcast(const Dims& a, const Dims& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Dims out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const Dim da = i + a.size() >= r ? a[i + a.size() - r] : Dim::known(1);
+    const Dim db = i + b.size() >= r ? b[i + b.size() - r] : Dim::known(1);
+    out[i] = broadcast_dim(da, db);
+  }
+  return out;
+}
+
+Dim add_dims(const Dim& a, const Dim& b, char op) {
+  if (a.is_known() && b.is_known()) {
+    switch (op) {
+      case '+': return Dim::known(a.value + b.value);
+      case '-': return a.value >= b.value ? Dim::known(a.value - b.value) : Dim{};
+      case '*': return Dim::known(a.value * b.value);
+      case '/': return b.value ? Dim::known(a.value / b.value) : Dim{};
+    }
+  }
+  if (a.str() == "?" || b.str() == "?") return Dim{};
+  if (op == '*' && a.is_known() && a.value == 1) return b;
+  if ((op == '*' || op == '/') && b.is_known() && b.value == 1) return a;
+  if ((op == '+' || op == '-') && b.is_known() && b.value == 0) return a;
+  return Dim::sym("(" + a.str() + op + b.str() + ")");
+}
+
+std::optional<std::vector<int64_t>> const_ints(const Graph& g, int v) {
+  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
+  auto r = read_int_vector(g.values[v].constant.view(), "constant");
+  if (!r.ok()) return std::nullopt;
+  return r.value();
+}
+
+void set_out(Graph& g, const Node& n, size_t i, DType dt, std::optional<Dims> shape) {
+  if (i >= n.outputs.size()) return;
+  Value& v = g.values[n.outputs[i]];
+  if (dt != DType::kUndefined) v.dtype = dt;
+  if (shape) v.shape = std::move(shape);
+}
+
+// sym_value of small integer constants.
+void seed_sym_value(Value& v) {
+  if (v.sym_value || !v.is_constant() || !dtype_is_integer(v.dtype) || v.constant.shape().rank() > 1 ||
+      v.constant.numel() > 16)
+    return;
+  Dims d;
+  for (int64_t i = 0; i < v.constant.numel(); ++i) d.push_back(Dim::known(read_int(v.constant.view(), i)));
+  v.sym_value = d;
+}
+
+// Rules for shape-arithmetic ops on sym_values.
+void infer_sym_value(Graph& g, Node& n) {
+  auto sv = [&](size_t i) -> const std::optional<Dims>* {
+    if (i >= n.inputs.size() || n.inputs[i] < 0) return nullptr;
+    Value& v = g.values[n.inputs[i]];
+    seed_sym_value(v);
+    return v.sym_value ? &v.sym_value : nullptr;
+  };
+  if (n.outputs.empty()) return;
+  Value& out = g.values[n.outputs[0]];
+  const std::string& op = n.op_type;
+  if (op == "Shape" && n.inputs[0] >= 0 && g.values[n.inputs[0]].shape) {
+    Dims s = *g.values[n.inputs[0]].shape;
+    int64_t r = static_cast<int64_t>(s.size());
+    int64_t start = n.attrs.count("start") ? n.attrs.at("start").i : 0;
+    int64_t end = n.attrs.count("end") ? n.attrs.at("end").i : r;
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, start, r);
+    out.sym_value = Dims(s.begin() + start, s.begin() + end);
+  } else if ((op == "Cast" || op == "Identity" || op == "Squeeze" || op == "Unsqueeze") && sv(0)) {
+    out.sym_value = **sv(0);
+  } else if (op == "Gather" && sv(0)) {
+    auto idx = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
+    const Dims& data = **sv(0);
+    if (!idx) return;
+    Dims r;
+    for (int64_t i : *idx) {
+      if (i < 0) i += static_cast<int64_t>(data.size());
+      if (i < 0 || i >= static_cast<int64_t>(data.size())) return;
+      r.push_back(data[i]);
+    }
+    out.sym_value = r;
+  } else if (op == "Concat") {
+    Dims r;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!sv(i)) return;
+      r.insert(r.end(), (**sv(i)).begin(), (**sv(i)).end());
+    }
+    out.sym_value = r;
+  } else if (op == "Slice" && sv(0)) {
+    auto st = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
+    auto en = const_ints(g, n.inputs.size() > 2 ? n.inputs[2] : -1);
+    if (!st || !en || st->size() != 1 || en->size() != 1 || n.inputs.size() > 4) return;
+    const Dims& d = **sv(0);
+    const int64_t sz = static_cast<int64_t>(d.size());
+    int64_t s = (*st)[0], e = (*en)[0];
+    if (s < 0) s += sz;
+    if (e < 0) e += sz;
+    s = std::clamp<int64_t>(s, 0, sz);
+    e = std::clamp<int64_t>(e, s, sz);
+    out.sym_value = Dims(d.begin() + s, d.begin() + e);
+  } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && sv(0) && sv(1)) {
+    const Dims &a = **sv(0), &b = **sv(1);
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return;
+    const size_t len = std::max(a.size(), b.size());
+    Dims r;
+    const char c = op == "Add" ? '+' : op == "Sub" ? '-' : op == "Mul" ? '*' : '/';
+    for (size_t i = 0; i < len; ++i) r.push_back(add_dims(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i], c));
+    out.sym_value = r;
+  }
+}
+
+// Resolves a Reshape target (0 copies, -1 infers) against a symbolic input shape.
+std::optional<Dims> reshape_target(const Dims& in, const Dims& target, bool allowzero) {
+  Dims out = target;
+  int infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].is_known() && out[i].value == 0 && !allowzero) {
+      if (i >= in.size()) return std::nullopt;
+      out[i] = in[i];
+    } else if (!out[i].is_known() && out[i].symbol.empty()) {
+      return std::nullopt;
+    } else if (out[i].is_known() && out[i].value == -1) {
+      infer_at = static_cast<int>(i);
+    }
+  }
+  if (infer_at >= 0) {
+    // Cancel equal factors of input and output; what is left of the input is the inferred dim.
+    std::multiset<std::string> num;
+    int64_t known_in = 1, known_out = 1;
+    for (const auto& d : in) {
+      if (d.is_known()) known_in *= d.value;
+      else if (d.symbol.empty()) return std::nullopt;
+      else num.insert(d.symbol);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (static_cast<int>(i) == infer_at) continue;
+      if (out[i].is_known()) known_out *= out[i].value;
+      else {
+        auto it = num.find(out[i].symbol);
+        if (it == num.end()) return std::nullopt;
+        num.erase(it);
+      }
+    }
+    if (known_out == 0 || known_in % known_out) return std::nullopt;
+    const int64_t k = known_in / known_out;
+    if (num.empty()) out[infer_at] = Dim::known(k);
+    else if (num.size() == 1 && k == 1) out[infer_at] = Dim::sym(*num.begin());
+    else return std::nullopt;
+  }
+  return out;
+}
+
+bool symbolic_rule(Graph& g, Node& n) {
+  const std::string& op = n.op_type;
+  auto in = [&](size_t i) -> Value* { return i < n.inputs.size() && n.inputs[i] >= 0 ? &g.values[n.inputs[i]] : nullptr; };
+  Value* x = in(0);
+  if (!x) return false;
+  if (kSameShape.count(op)) {
+    DType dt = kBoolOut.count(op) ? DType::kBool : x->dtype;
+    set_out(g, n, 0, dt, x->shape);
+    return true;
+  }
+  if (kBroadcast.count(op)) {
+    std::optional<Dims> s = x->shape;
+    for (size_t i = 1; i < n.inputs.size() && s; ++i) {
+      if (!in(i) || !in(i)->shape) s.reset();
+      else s = broadcast(*s, *in(i)->shape);
+    }
+    DType dt = kBoolOut.count(op) ? DType::kBool : (op == "Where" && in(1) ? in(1)->dtype : x->dtype);
+    set_out(g, n, 0, dt, s);
+    return true;
+  }
+  if (op == "Cast") {
+    auto it = n.attrs.find("to");
+    set_out(g, n, 0, it != n.attrs.end() ? static_cast<DType>(it->second.i) : DType::kUndefined, x->shape);
+    return true;
+  }
+  if (op == "Shape") {
+    int64_t len = x->shape ? static_cast<int64_t>(g.values[n.outputs[0]].sym_value ? g.values[n.outputs[0]].sym_value->size() : x->shape->size()) : -1;
+    set_out(g, n, 0, DType::kInt64, len >= 0 ? std::optional<Dims>(Dims{Dim::known(len)}) : std::nullopt);
+    return true;
+  }
+  if (!x->shape) return false;
+  const Dims& xs = *x->shape;
+  if (op == "MatMul" && in(1) && in(1)->shape) {
+    Dims a = xs, b = *in(1)->shape;
+    if (a.size() < 2 || b.size() < 2) return false;
+    Dims batch = broadcast(Dims(a.begin(), a.end() - 2), Dims(b.begin(), b.end() - 2));
+    batch.push_back(a[a.size() - 2]);
+    batch.push_back(b.back());
+    set_out(g, n, 0, x->dtype, batch);
+    return true;
+  }
+  if (op == "Transpose") {
+    std::vector<int64_t> perm;
+    if (n.attrs.count("perm")) perm = n.attrs.at("perm").ints;
+    else for (int64_t i = static_cast<int64_t>(xs.size()) - 1; i >= 0; --i) perm.push_back(i);
+    if (perm.size() != xs.size()) return false;
+    Dims o;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(xs.size())) return false;
+      o.push_back(xs[p]);
+    }
+    set_out(g, n, 0, x->dtype, o);
+    return true;
+  }
+  if (op == "Reshape" && in(1)) {
+    seed_sym_value(*in(1));
+    if (!in(1)->sym_value) return false;
+    const bool allowzero = n.attrs.count("allowzero") && n.attrs.at("allowzero").i;
+    auto o = reshape_target(xs, *in(1)->sym_value, allowzero);
+    if (!o) return false;
+    set_out(g, n, 0, x->dtype, o);
+    return true;
+  }
+  if (op == "Unsqueeze" || op == "Squeeze") {
+    std::optional<std::vector<int64_t>> axes = n.attrs.count("axes") ? std::optional(n.attrs.at("axes").ints) : const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
+    if (!axes) {
+      if (op == "Squeeze" && n.inputs.size() == 1) {
+        Dims o;
+        for (const auto& d : xs) {
+          if (!d.is_known()) return false;
+          if (d.value != 1) o.push_back(d);
+        }
+        set_out(g, n, 0, x->dtype, o);
+        return true;
+      }
+      return false;
+    }
+    const int64_t r = static_cast<int64_t>(xs.size()) + (op == "Unsqueeze" ? static_cast<int64_t>(axes->size()) : 0);
+    std::set<int64_t> ax;
+    for (int64_t a : *axes) ax.insert(a < 0 ? a + r : a);
+    Dims o;
+    if (op == "Unsqueeze") {
+      size_t j = 0;
+      for (int64_t i = 0; i < r; ++i) o.push_back(ax.count(i) ? Dim::known(1) : (j < xs.size() ? xs[j++] : Dim{}));
+    } else {
+      for (int64_t i = 0; i < static_cast<int64_t>(xs.size()); ++i)
+        if (!ax.count(i)) o.push_back(xs[i]);
+    }
+    set_out(g, n, 0, x->dtype, o);
+    return true;
+  }
+  if (op == "Concat" && n.attrs.count("axis")) {
+    int64_t axis = n.attrs.at("axis").i;
+    if (axis < 0) axis += static_cast<int64_t>(xs.size());
+    if (axis < 0 || axis >= static_cast<int64_t>(xs.size())) return false;
+    Dims o = xs;
+    bool first = true;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      Value* v = in(i);
+      if (!v || !v->shape || v->shape->size() != xs.size()) return false;
+      if (first) { first = false; continue; }
+      // An empty operand (e.g. a zero-length cache) does not change the sum.
+      o[axis] = add_dims(o[axis], (*v->shape)[axis], '+');
+      for (size_t d = 0; d < xs.size(); ++d)
+        if (static_cast<int64_t>(d) != axis) o[d] = broadcast_dim(o[d], (*v->shape)[d]);
+    }
+    set_out(g, n, 0, x->dtype, o);
+    return true;
+  }
+  if (op == "Gather" && in(1) && in(1)->shape) {
+    int64_t axis = n.attrs.count("axis") ? n.attrs.at("axis").i : 0;
+    if (axis < 0) axis += static_cast<int64_t>(xs.size());
+    if (axis < 0 || axis >= static_cast<int64_t>(xs.size())) return false;
+    Dims o(xs.begin(), xs.begin() + axis);
+    o.insert(o.end(), in(1)->shape->begin(), in(1)->shape->end());
+    o.insert(o.end(), xs.begin() + axis + 1, xs.end());
+    set_out(g, n, 0, x->dtype, o);
+    return true;
+  }
+  if (op == "Expand" && in(1)) {
+    seed_sym_value(*in(1));
+    if (!in(1)->sym_value) return false;
+    set_out(g, n, 0, x->dtype, broadcast(xs, *in(1)->sym_value));
+    return true;
+  }
+  if (op == "ConstantOfShape") {
+    seed_sym_value(*x);
+    if (!x->sym_value) return false;
+    DType dt = n.attrs.count("value") ? n.attrs.at("value").tensor.dtype() : DType::kFloat32;
+    set_out(g, n, 0, dt, *x->sym_value);
+    return true;
+  }
+  if (op == "Gemm" && in(1) && in(1)->shape && xs.size() == 2 && in(1)->shape->size() == 2) {
+    const bool ta = n.attrs.count("transA") && n.attrs.at("transA").i, tb = n.attrs.count("transB") && n.attrs.at("transB").i;
+    set_out(g, n, 0, x->dtype, Dims{xs[ta ? 1 : 0], (*in(1)->shape)[tb ? 0 : 1]});
+    return true;
+  }
+  return false;
+}
+
+// Generic inference by the kernel itself, for concrete input shapes.
+void kernel_rule(Graph& g, Node& n) {
+  if (!n.domain.empty()) return;
+  const bool independent = kDataIndependent.count(n.op_type) > 0;
+  const bool after_first = kShapeInputsAfterFirst.count(n.op_type) > 0;
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const int v = n.inputs[i];
+    if (v < 0) { views.emplace_back(); continue; }
+    const Value& val = g.values[v];
+    if (val.is_constant()) { views.push_back(val.constant.view()); continue; }
+    if (!val.shape || !sym_shape_concrete(*val.shape) || !dtype_is_known(val.dtype)) return;
+    if (!independent && !(after_first && i == 0)) return;
+    views.push_back(TensorView{nullptr, val.dtype, to_shape(*val.shape)});
+  }
+  KernelArgs args;
+  args.op_type = n.op_type;
+  args.node_name = n.name;
+  args.opset = g.opset;
+  args.num_inputs = static_cast<int>(n.inputs.size());
+  args.num_outputs = static_cast<int>(n.outputs.size());
+  auto kernel = KernelRegistry::builtin().create(args, n.attrs);
+  if (!kernel.ok()) return;
+  std::vector<TensorDesc> descs(n.outputs.size());
+  if (!(*kernel)->infer(views, descs).ok()) return;
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, from_shape(descs[o].shape));
+}
+
+}  // namespace
+
+void infer_node(Graph& g, Node& n) {
+  infer_sym_value(g, n);
+  if (n.domain.empty() && symbolic_rule(g, n)) {
+    // A rule may leave dims unknown that the kernel can fill in once everything is concrete.
+    bool all_known = true;
+    for (int o : n.outputs)
+      if (!g.values[o].shape || !sym_shape_concrete(*g.values[o].shape)) all_known = false;
+    if (all_known) return;
+  }
+  kernel_rule(g, n);
+}
+
+}  // namespace kiln
