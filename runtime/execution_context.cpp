@@ -92,13 +92,14 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   std::span<TensorDesc> desc(desc_scratch_.data(), no);
   for (size_t i = 0; i < ni; ++i) in[i] = step.inputs[i] >= 0 ? views_[step.inputs[i]] : TensorView{};
   for (size_t o = 0; o < no; ++o) desc[o] = TensorDesc{};
-  const std::string where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; }();
+  // Built only on error: a steady-state run must not allocate.
+  auto where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; };
   Status st = kernel.infer(in, desc);
-  if (!st.ok()) return st.with_context(where);
+  if (!st.ok()) return st.with_context(where());
   bool shapes_changed = !prepared_[s];
   for (size_t o = 0; o < no; ++o) {
     const int v = step.outputs[o];
-    if (!dtype_is_known(desc[o].dtype)) return Internal(where + ": output " + std::to_string(o) + " has no inferred dtype");
+    if (!dtype_is_known(desc[o].dtype))  return Internal(where() + ": output " + std::to_string(o) + " has no inferred dtype");
     if (use_arena && desc[o].dtype == planned_[v].dtype && desc[o].shape == planned_[v].shape) {
       views_[v] = TensorView{static_cast<char*>(arena_.get()) + offsets_[v], desc[o].dtype, desc[o].shape};
     } else {
@@ -113,6 +114,7 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
           buf = buf.reshaped(desc[o].shape);
       }
       views_[v] = buf.view();
+      heap_in_use_.push_back(v);
       shapes_changed = true;
     }
     planned_[v] = desc[o];
@@ -120,11 +122,11 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   }
   if (shapes_changed) {
     st = kernel.prepare(in, out);
-    if (!st.ok()) return st.with_context(where);
+    if (!st.ok()) return st.with_context(where());
     prepared_[s] = true;
   }
   st = kernel.run(in, out);
-  if (!st.ok()) return st.with_context(where);
+  if (!st.ok()) return st.with_context(where());
   return Status::Ok();
 }
 
@@ -139,14 +141,33 @@ Status ExecutionContext::run() {
     std::fill(prepared_.begin(), prepared_.end(), false);
   }
   const bool use_arena = arena_valid_;
-  for (size_t s = 0; s < plan_->steps.size(); ++s) KILN_RETURN_IF_ERROR(run_step(s, use_arena && arena_valid_));
+  if (use_arena && !heap_in_use_.empty()) {
+    for (int v : heap_in_use_) heap_buffers_[v] = Tensor();  // left from the unplanned run
+    heap_in_use_.clear();
+  }
+  for (size_t s = 0; s < plan_->steps.size(); ++s) {
+    KILN_RETURN_IF_ERROR(run_step(s, use_arena && arena_valid_));
+    if (!arena_valid_) release_dead_buffers(s);
+  }
   if (!arena_valid_) {
     plan_arena();
+    // The per-value buffers of the unplanned run are no longer needed, except those backing the
+    // outputs the caller is about to read; those go at the next run.
     planned_input_shapes_.clear();
     for (int v : plan_->inputs) planned_input_shapes_.push_back(views_[v].shape);
     // Steps keep their prepared state: the next run sees identical shapes, only new buffers.
   }
   return Status::Ok();
+}
+
+// In an unplanned run each value has its own buffer; dropping it after its last reader keeps the
+// peak memory of that run at the live set instead of the sum of all activations.
+void ExecutionContext::release_dead_buffers(size_t s) {
+  const PlanStep& step = plan_->steps[s];
+  for (int v : step.inputs)
+    if (v >= 0 && last_use_[v] == static_cast<int>(s) && !heap_buffers_[v].empty()) heap_buffers_[v] = Tensor();
+  for (int v : step.outputs)
+    if (last_use_[v] < 0) heap_buffers_[v] = Tensor();
 }
 
 void ExecutionContext::plan_arena() {

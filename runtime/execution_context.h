@@ -41,6 +41,7 @@ class ExecutionContext {
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
   Status run_step(size_t s, bool use_arena);
   void plan_arena();
+  void release_dead_buffers(size_t s);
 
   std::shared_ptr<const Plan> plan_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
@@ -48,6 +49,7 @@ class ExecutionContext {
   std::vector<TensorDesc> planned_;          // descs the arena was planned for
   std::vector<size_t> offsets_;              // arena offset per value (planned values only)
   std::vector<Tensor> heap_buffers_;         // per-value buffers of an unplanned run
+  std::vector<int> heap_in_use_;             // values that got a heap buffer since the last planned run
   std::vector<bool> input_bound_;
   std::vector<Shape> planned_input_shapes_;
   std::vector<bool> prepared_;               // per step: prepared for the current shapes
