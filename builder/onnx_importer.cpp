@@ -15,7 +15,7 @@ namespace {
 
 // Opsets whose default-domain semantics the kernels implement. Older models are accepted: an op
 // whose attributes changed since then fails with "unsupported attribute", never silently.
-constexpr int kMinOpset = 7;
+constexpr int kMinOpset = 6;
 constexpr int kMaxOpset = 18;
 
 StatusOr<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& base_dir, const std::string& where) {
