@@ -1,0 +1,156 @@
+#include "profiles/engine_check.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "profiles/input_generator.h"
+
+namespace kiln {
+
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_shape(const Shape& s) {
+  std::string out = "[";
+  for (int i = 0; i < s.rank(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// Largest |a - b| over two outputs; NaN in the same place counts as equal, shape or dtype mismatch
+// is an error.
+StatusOr<double> max_abs_diff(const TensorView& a, const TensorView& b, const std::string& what) {
+  if (a.dtype != b.dtype || a.shape != b.shape)
+    return Internal(what + ": loaded engine gives " + dtype_name(a.dtype) + " " + a.shape.str() + ", built plan gives " +
+                    dtype_name(b.dtype) + " " + b.shape.str());
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = read_double(a, i), y = read_double(b, i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (x == y) continue;
+    const double d = std::fabs(x - y);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
+    const ExecutionContext& ctx, const std::map<std::string, Shape>& shapes, const std::map<std::string, InputGenerator>& gens) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    const std::string& name = ctx.input_name(i);
+    const PlanValue& pv = ctx.plan().values[ctx.plan().inputs[i]];
+    auto it = shapes.find(name);
+    if (it == shapes.end()) return Internal("no shape for input '" + name + "'");
+    auto g = gens.find(name);
+    KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(name, pv.dtype, it->second, g == gens.end() ? nullptr : &g->second));
+    out.emplace_back(name, std::move(t));
+  }
+  return out;
+}
+
+StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
+                                                 bool benchmark, const std::function<void(const std::string&)>& progress) {
+  std::vector<ProfileCheck> checks;
+  for (const auto& bp : built.profiles) {
+    ProfileCheck pc;
+    pc.profile = bp.profile.name;
+    const std::string where = "profile '" + pc.profile + "'";
+    KILN_ASSIGN_OR_RETURN(auto loaded, engine.create_context(pc.profile));
+    KILN_ASSIGN_OR_RETURN(auto in_memory, ExecutionContext::create(bp.plan));
+    const std::pair<ResolvedProfile::Point, const char*> points[] = {
+        {ResolvedProfile::Point::kMin, "min"}, {ResolvedProfile::Point::kOpt, "opt"}, {ResolvedProfile::Point::kMax, "max"}};
+    std::vector<std::map<std::string, Shape>> seen;
+    for (const auto& [point, label] : points) {
+      auto shapes = bp.profile.shapes_at(point);
+      bool dup = false;
+      for (const auto& s : seen) dup |= s == shapes;
+      if (dup) continue;
+      seen.push_back(shapes);
+      progress(where + ": validating the loaded engine at " + label + " shapes");
+      KILN_ASSIGN_OR_RETURN(auto inputs, generate_profile_inputs(*loaded, shapes, cfg.inputs));
+      for (const auto& [name, t] : inputs) {
+        KILN_RETURN_IF_ERROR(loaded->set_input(name, t.view()).with_context(where));
+        KILN_RETURN_IF_ERROR(in_memory->set_input(name, t.view()).with_context(where));
+      }
+      KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, " + label + ")"));
+      KILN_RETURN_IF_ERROR(in_memory->run().with_context(where + " (built plan, " + label + ")"));
+      for (size_t o = 0; o < loaded->num_outputs(); ++o) {
+        KILN_ASSIGN_OR_RETURN(double d, max_abs_diff(loaded->output(o), in_memory->output(o),
+                                                     where + " output '" + loaded->output_name(o) + "' at " + label));
+        pc.max_abs_diff = std::max(pc.max_abs_diff, d);
+      }
+      pc.points.push_back(label);
+    }
+    // Same kernels, same inputs: a difference means the engine file did not round-trip.
+    if (pc.max_abs_diff > 1e-5)
+      return DataLoss(where + ": the loaded engine differs from the built plan by " + fmt(pc.max_abs_diff));
+    pc.opt_shapes = bp.profile.shapes_at(ResolvedProfile::Point::kOpt);
+    if (benchmark) {
+      KILN_ASSIGN_OR_RETURN(auto inputs, generate_profile_inputs(*loaded, pc.opt_shapes, cfg.inputs));
+      for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(loaded->set_input(name, t.view()));
+      progress(where + ": benchmarking at opt shapes (" + std::to_string(cfg.benchmark.warmup) + " warm-up, " +
+               std::to_string(cfg.benchmark.iterations) + " timed runs)");
+      ExecutionContext* ctx = loaded.get();
+      KILN_ASSIGN_OR_RETURN(pc.bench, run_benchmark([ctx] { return ctx->run(); }, cfg.benchmark.warmup, cfg.benchmark.iterations,
+                                                    cfg.benchmark.budget_ms));
+      pc.benchmarked = true;
+    }
+    checks.push_back(std::move(pc));
+  }
+  return checks;
+}
+
+std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
+                              double build_seconds) {
+  std::ostringstream os;
+  os << "{\n  \"engine\": {\"path\": " << json_string(built.engine_path) << ", \"bytes\": " << built.engine_bytes
+     << ", \"model\": " << json_string(cfg.model) << ", \"model_bytes\": " << built.model_bytes << ", \"profiles\": [";
+  for (size_t i = 0; i < built.profiles.size(); ++i) os << (i ? ", " : "") << json_string(built.profiles[i].profile.name);
+  os << "], \"precision\": " << json_string(cfg.precision) << ", \"build_seconds\": " << fmt(build_seconds) << "},\n";
+  os << "  \"machine\": {\"hardware_threads\": " << std::thread::hardware_concurrency() << "},\n";
+  os << "  \"profiles\": {";
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const ProfileCheck& c = checks[i];
+    os << (i ? "," : "") << "\n    " << json_string(c.profile) << ": {";
+    os << "\"validated_at\": [";
+    for (size_t p = 0; p < c.points.size(); ++p) os << (p ? ", " : "") << json_string(c.points[p]);
+    os << "], \"engine_vs_plan_max_abs_diff\": " << fmt(c.max_abs_diff) << ", \"opt_shapes\": {";
+    size_t k = 0;
+    for (const auto& [name, s] : c.opt_shapes) os << (k++ ? ", " : "") << json_string(name) << ": " << json_shape(s);
+    os << "}";
+    if (c.benchmarked) {
+      os << ", \"latency_ms\": " << latency_json(c.bench.latency) << ", \"iterations\": " << c.bench.latency.iterations
+         << ", \"budget_ms\": " << fmt(c.bench.budget_ms) << ", \"within_budget\": " << (c.bench.within_budget ? "true" : "false")
+         << ", \"deadline_misses\": " << c.bench.deadline_misses;
+    }
+    os << "}";
+  }
+  os << "\n  }\n}\n";
+  return os.str();
+}
+
+}  // namespace kiln

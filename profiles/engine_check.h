@@ -1,0 +1,37 @@
+// The check half of engine-build: the engine loaded back through the runtime is run at each
+// profile's min, opt and max shapes and compared with the plans that were serialized, then each
+// profile is benchmarked at its opt shapes against the control-loop budget.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "builder/engine_build_job.h"
+#include "profiles/benchmark.h"
+#include "runtime/engine.h"
+
+namespace kiln {
+
+struct ProfileCheck {
+  std::string profile;
+  std::vector<std::string> points;     // "min", "opt", "max" (distinct ones)
+  double max_abs_diff = 0;             // loaded engine vs in-memory plan
+  bool benchmarked = false;
+  BenchmarkResult bench;
+  std::map<std::string, Shape> opt_shapes;
+};
+
+// Generates the inputs of `profile` at `shapes`, with the config's generators.
+StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
+    const ExecutionContext& ctx, const std::map<std::string, Shape>& shapes, const std::map<std::string, InputGenerator>& gens);
+
+StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
+                                                 bool benchmark, const std::function<void(const std::string&)>& progress);
+
+// engine-build's REPORT.json.
+std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
+                              double build_seconds);
+
+}  // namespace kiln

@@ -1,0 +1,122 @@
+// engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile.
+//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "builder/build_config.h"
+#include "builder/engine_build_job.h"
+#include "profiles/engine_check.h"
+#include "runtime/engine.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n";
+
+struct Args {
+  std::string config, output, report;
+  bool bench = true;
+  std::vector<std::pair<std::string, std::string>> overrides;
+};
+
+StatusOr<Args> parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&]() -> StatusOr<std::string> {
+      if (i + 1 >= argc) return InvalidArgument(s + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (s == "--output") { KILN_ASSIGN_OR_RETURN(a.output, value()); }
+    else if (s == "--report") { KILN_ASSIGN_OR_RETURN(a.report, value()); }
+    else if (s == "--no-bench") a.bench = false;
+    else if (s == "--set") {
+      KILN_ASSIGN_OR_RETURN(std::string kv, value());
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) return InvalidArgument("--set expects KEY=VALUE, got '" + kv + "'");
+      a.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    } else if (s == "-h" || s == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (!s.empty() && s[0] == '-') {
+      return InvalidArgument("unknown option '" + s + "'");
+    } else if (a.config.empty()) {
+      a.config = s;
+    } else {
+      return InvalidArgument("unexpected argument '" + s + "'");
+    }
+  }
+  if (a.config.empty()) return InvalidArgument("no config given");
+  return a;
+}
+
+void progress(const std::string& line) {
+  std::fprintf(stderr, "[engine-build] %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+void print_table(const std::vector<ProfileCheck>& checks) {
+  std::printf("\n%-14s %6s %10s %10s %10s %10s %10s %10s  %s\n", "profile", "iters", "p50 ms", "p90 ms", "p99 ms", "max ms",
+              "mean ms", "budget ms", "p99 within budget");
+  for (const auto& c : checks) {
+    if (!c.benchmarked) continue;
+    const auto& l = c.bench.latency;
+    std::printf("%-14s %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.1f  %s (%d of %d runs over budget)\n", c.profile.c_str(), l.iterations,
+                l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.mean_ms, c.bench.budget_ms, c.bench.within_budget ? "YES" : "NO",
+                c.bench.deadline_misses, l.iterations);
+  }
+}
+
+Status run(const Args& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
+  if (!args.output.empty()) cfg.output = args.output;
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress));
+  const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  progress("loading " + built.engine_path + " back through the runtime loader");
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path));
+  KILN_ASSIGN_OR_RETURN(auto checks, check_engine(*engine, built, cfg, args.bench, progress));
+  for (const auto& c : checks) {
+    std::string pts;
+    for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
+    progress("profile '" + c.profile + "': loaded engine matches the built plan at " + pts + " shapes");
+  }
+  if (args.bench) print_table(checks);
+
+  const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
+  std::ofstream f(report);
+  f << build_report_json(built, cfg, checks, build_seconds);
+  if (!f) return IoError("cannot write report '" + report + "'");
+  std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
+              static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  try {
+    auto args = kiln::parse_args(argc, argv);
+    if (!args.ok()) {
+      std::fprintf(stderr, "engine-build: %s\n%s", args.status().message().c_str(), kiln::kUsage);
+      return 2;
+    }
+    kiln::Status st = kiln::run(*args);
+    if (!st.ok()) {
+      std::fprintf(stderr, "engine-build: %s\n", st.message().c_str());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "engine-build: internal error: %s\n", e.what());
+    return 1;
+  }
+}
