@@ -23,6 +23,7 @@ struct ResizeAttrs {
   bool exclude_outside = false;
   double extrapolation = 0.0;
   bool upsample = false;  // Upsample's inputs are (X, scales)
+  std::vector<float> attr_scales;  // Upsample-7 takes the scales as an attribute
 };
 
 constexpr int kMaxTaps = 4;
@@ -39,7 +40,8 @@ class ResizeKernel final : public Kernel {
   explicit ResizeKernel(ResizeAttrs a) : a_(a) {}
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
-    KILN_RETURN_IF_ERROR(check_input_count(in, a_.upsample ? 2 : 1, a_.upsample ? 2 : 4));
+    const int upsample_inputs = a_.attr_scales.empty() ? 2 : 1;
+    KILN_RETURN_IF_ERROR(check_input_count(in, a_.upsample ? upsample_inputs : 1, a_.upsample ? upsample_inputs : 4));
     KILN_RETURN_IF_ERROR(dispatch_numeric(in[0].dtype, [](auto) { return Status::Ok(); }, "input 0"));
     KILN_RETURN_IF_ERROR(compute_sizes(in));
     out[0] = {in[0].dtype, out_shape_};
@@ -115,19 +117,26 @@ class ResizeKernel final : public Kernel {
     const int rank = xs.rank();
     auto given = [&](size_t i) { return in.size() > i && in[i].present() && in[i].numel() > 0; };
     const size_t scales_at = a_.upsample ? 1 : 2, sizes_at = 3;
-    const bool has_scales = given(scales_at), has_sizes = !a_.upsample && given(sizes_at);
+    const bool has_scales = !a_.attr_scales.empty() || given(scales_at);
+    const bool has_sizes = !a_.upsample && given(sizes_at);
     if (has_scales == has_sizes)
       return InvalidArgument("exactly one of scales (input 2) and sizes (input 3) must be given");
     out_shape_ = xs;
     if (has_scales) {
-      const TensorView& s = in[scales_at];
-      if (s.dtype != DType::kFloat32)
-        return InvalidArgument("input " + std::to_string(scales_at) + " (scales) must be float32, got " + dtype_name(s.dtype));
-      if (s.numel() != rank)
-        return InvalidArgument("input " + std::to_string(scales_at) + " (scales) has " + std::to_string(s.numel()) +
-                               " values, expected " + std::to_string(rank));
+      const float* scales = a_.attr_scales.data();
+      int64_t count = static_cast<int64_t>(a_.attr_scales.size());
+      if (a_.attr_scales.empty()) {
+        const TensorView& s = in[scales_at];
+        if (s.dtype != DType::kFloat32)
+          return InvalidArgument("input " + std::to_string(scales_at) + " (scales) must be float32, got " +
+                                 dtype_name(s.dtype));
+        scales = s.as<float>();
+        count = s.numel();
+      }
+      if (count != rank)
+        return InvalidArgument("scales has " + std::to_string(count) + " values, expected " + std::to_string(rank));
       for (int d = 0; d < rank; ++d) {
-        scale_[d] = s.as<float>()[d];
+        scale_[d] = scales[d];
         if (!(scale_[d] > 0))
           return InvalidArgument("scales value " + std::to_string(scale_[d]) + " at dim " + std::to_string(d) +
                                  " must be positive");
@@ -279,10 +288,14 @@ StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelArgs&, AttrReader& att
   return std::unique_ptr<Kernel>(std::make_unique<ResizeKernel>(a));
 }
 
-// Upsample-9 is Resize with asymmetric coordinates; nearest rounds down, as numpy's repeat does.
-StatusOr<std::unique_ptr<Kernel>> make_upsample(const KernelArgs&, AttrReader& attrs) {
+// Upsample-7/9 is Resize with asymmetric coordinates; nearest rounds down, as numpy's repeat does.
+StatusOr<std::unique_ptr<Kernel>> make_upsample(const KernelArgs& args, AttrReader& attrs) {
   ResizeAttrs a;
   a.upsample = true;
+  if (args.opset < 9) {
+    KILN_ASSIGN_OR_RETURN(a.attr_scales, attrs.get_floats("scales"));
+    if (a.attr_scales.empty()) return InvalidArgument("attribute 'scales' is required before opset 9");
+  }
   a.coord = Coord::kAsymmetric;
   a.nearest = NearestMode::kFloor;
   KILN_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "nearest"));

@@ -289,6 +289,8 @@ TEST(NnResize, TfCropAndResizeExtrapolation) {
 TEST(NnResize, UpsampleAndErrors) {
   auto u = run("Upsample", {}, {F({1, 2, 3, 4}, {1, 2, 2}), F({1, 1, 2}, {3})}, 1, 9);
   expect_values(u[0], Shape{1, 2, 4}, {1, 1, 2, 2, 3, 3, 4, 4});
+  auto u7 = run("Upsample", {{"scales", Attribute::Floats({1, 2, 1})}}, {F({1, 2}, {1, 1, 2})}, 1, 7);
+  expect_values(u7[0], Shape{1, 2, 2}, {1, 2, 1, 2});
   EXPECT_TRUE(fails("Resize", {}, {F(pat(4), {2, 2}), Tensor(), F({1, 2}, {2}), I64({2, 4}, {2})}));
   EXPECT_TRUE(fails("Resize", {}, {F(pat(4), {2, 2}), Tensor(), F({2}, {1})}));
   EXPECT_TRUE(fails("Resize", {{"mode", Attribute::String("area")}}, {F(pat(4), {2, 2}), Tensor(), F({1, 2}, {2})}));
