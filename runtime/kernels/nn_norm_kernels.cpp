@@ -343,6 +343,10 @@ void register_nn_norm_kernels(KernelRegistry& r) {
            (void)momentum;  // only used by training mode
            KILN_ASSIGN_OR_RETURN(int64_t training, a.get_int("training_mode", 0));
            if (training != 0) return Unimplemented("attribute 'training_mode'=1 is not supported");
+           if (a.has("spatial")) {  // opset 7-8; spatial=0 (per-element statistics) is not supported
+             KILN_ASSIGN_OR_RETURN(int64_t spatial, a.get_int("spatial", 1));
+             if (spatial != 1) return Unimplemented("attribute 'spatial'=" + std::to_string(spatial) + " is not supported");
+           }
            return std::unique_ptr<Kernel>(std::make_unique<BatchNormKernel>(eps));
          }});
   r.add({"InstanceNormalization", "reference", 0,

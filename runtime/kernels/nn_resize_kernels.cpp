@@ -1,6 +1,8 @@
-// Reference Resize (opset 11-17 semantics) and Upsample (opset 9). Interpolation is separable:
-// every output coordinate of every dim gets a short list of (input index, weight) taps, computed in
-// prepare(), and an output element is the weighted sum over the tensor product of its dims' taps.
+// Reference resampling: Resize (opset 11-17 semantics), Upsample (opset 9) and GridSample (opset 16).
+// Resize interpolation is separable: every output coordinate of every dim gets a short list of
+// (input index, weight) taps, computed in prepare(), and an output element is the weighted sum over
+// the tensor product of its dims' taps.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/kernels/nn_common.h"
@@ -21,6 +23,7 @@ struct ResizeAttrs {
   bool exclude_outside = false;
   double extrapolation = 0.0;
   bool upsample = false;  // Upsample's inputs are (X, scales)
+  std::vector<float> attr_scales;  // Upsample-7 takes the scales as an attribute
 };
 
 constexpr int kMaxTaps = 4;
@@ -37,7 +40,8 @@ class ResizeKernel final : public Kernel {
   explicit ResizeKernel(ResizeAttrs a) : a_(a) {}
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
-    KILN_RETURN_IF_ERROR(check_input_count(in, a_.upsample ? 2 : 1, a_.upsample ? 2 : 4));
+    const int upsample_inputs = a_.attr_scales.empty() ? 2 : 1;
+    KILN_RETURN_IF_ERROR(check_input_count(in, a_.upsample ? upsample_inputs : 1, a_.upsample ? upsample_inputs : 4));
     KILN_RETURN_IF_ERROR(dispatch_numeric(in[0].dtype, [](auto) { return Status::Ok(); }, "input 0"));
     KILN_RETURN_IF_ERROR(compute_sizes(in));
     out[0] = {in[0].dtype, out_shape_};
@@ -113,19 +117,26 @@ class ResizeKernel final : public Kernel {
     const int rank = xs.rank();
     auto given = [&](size_t i) { return in.size() > i && in[i].present() && in[i].numel() > 0; };
     const size_t scales_at = a_.upsample ? 1 : 2, sizes_at = 3;
-    const bool has_scales = given(scales_at), has_sizes = !a_.upsample && given(sizes_at);
+    const bool has_scales = !a_.attr_scales.empty() || given(scales_at);
+    const bool has_sizes = !a_.upsample && given(sizes_at);
     if (has_scales == has_sizes)
       return InvalidArgument("exactly one of scales (input 2) and sizes (input 3) must be given");
     out_shape_ = xs;
     if (has_scales) {
-      const TensorView& s = in[scales_at];
-      if (s.dtype != DType::kFloat32)
-        return InvalidArgument("input " + std::to_string(scales_at) + " (scales) must be float32, got " + dtype_name(s.dtype));
-      if (s.numel() != rank)
-        return InvalidArgument("input " + std::to_string(scales_at) + " (scales) has " + std::to_string(s.numel()) +
-                               " values, expected " + std::to_string(rank));
+      const float* scales = a_.attr_scales.data();
+      int64_t count = static_cast<int64_t>(a_.attr_scales.size());
+      if (a_.attr_scales.empty()) {
+        const TensorView& s = in[scales_at];
+        if (s.dtype != DType::kFloat32)
+          return InvalidArgument("input " + std::to_string(scales_at) + " (scales) must be float32, got " +
+                                 dtype_name(s.dtype));
+        scales = s.as<float>();
+        count = s.numel();
+      }
+      if (count != rank)
+        return InvalidArgument("scales has " + std::to_string(count) + " values, expected " + std::to_string(rank));
       for (int d = 0; d < rank; ++d) {
-        scale_[d] = s.as<float>()[d];
+        scale_[d] = scales[d];
         if (!(scale_[d] > 0))
           return InvalidArgument("scales value " + std::to_string(scale_[d]) + " at dim " + std::to_string(d) +
                                  " must be positive");
@@ -277,10 +288,14 @@ StatusOr<std::unique_ptr<Kernel>> make_resize(const KernelArgs&, AttrReader& att
   return std::unique_ptr<Kernel>(std::make_unique<ResizeKernel>(a));
 }
 
-// Upsample-9 is Resize with asymmetric coordinates; nearest rounds down, as numpy's repeat does.
-StatusOr<std::unique_ptr<Kernel>> make_upsample(const KernelArgs&, AttrReader& attrs) {
+// Upsample-7/9 is Resize with asymmetric coordinates; nearest rounds down, as numpy's repeat does.
+StatusOr<std::unique_ptr<Kernel>> make_upsample(const KernelArgs& args, AttrReader& attrs) {
   ResizeAttrs a;
   a.upsample = true;
+  if (args.opset < 9) {
+    KILN_ASSIGN_OR_RETURN(a.attr_scales, attrs.get_floats("scales"));
+    if (a.attr_scales.empty()) return InvalidArgument("attribute 'scales' is required before opset 9");
+  }
   a.coord = Coord::kAsymmetric;
   a.nearest = NearestMode::kFloor;
   KILN_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "nearest"));
@@ -290,11 +305,144 @@ StatusOr<std::unique_ptr<Kernel>> make_upsample(const KernelArgs&, AttrReader& a
   return std::unique_ptr<Kernel>(std::make_unique<ResizeKernel>(a));
 }
 
+// ---- GridSample (opset 16, 4-D) ------------------------------------------------------------------
+// Follows PyTorch's grid_sample, which generated the ONNX reference outputs.
+
+enum class GridMode { kBilinear, kNearest, kBicubic };
+enum class GridPad { kZeros, kBorder, kReflection };
+
+double reflect_coordinate(double x, double twice_low, double twice_high) {
+  if (twice_low == twice_high) return 0;
+  const double lo = twice_low / 2, span = (twice_high - twice_low) / 2;
+  x = std::fabs(x - lo);
+  const double extra = std::fmod(x, span);
+  const int64_t flips = static_cast<int64_t>(std::floor(x / span));
+  return flips % 2 == 0 ? extra + lo : span - extra + lo;
+}
+
+class GridSampleKernel final : public Kernel {
+ public:
+  GridSampleKernel(GridMode mode, GridPad pad, bool align_corners) : mode_(mode), pad_(pad), align_(align_corners) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 2));
+    KILN_RETURN_IF_ERROR(dispatch_float(in[0].dtype, [](auto) { return Status::Ok(); }, "input 0"));
+    if (in[1].dtype != in[0].dtype)
+      return InvalidArgument("input 1 dtype " + dtype_name(in[1].dtype) + " differs from input 0 dtype " +
+                             dtype_name(in[0].dtype));
+    const Shape& x = in[0].shape;
+    const Shape& g = in[1].shape;
+    if (x.rank() != 4) return Unimplemented("input 0 must be 4-D (N, C, H, W), got shape " + x.str());
+    if (g.rank() != 4 || g[0] != x[0] || g[3] != 2)
+      return InvalidArgument("input 1 (grid) must have shape [" + std::to_string(x[0]) + ", H_out, W_out, 2], got " +
+                             g.str());
+    out[0] = {in[0].dtype, Shape{x[0], x[1], g[1], g[2]}};
+    return Status::Ok();
+  }
+
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return dispatch_float(in[0].dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const Shape& xs = in[0].shape;
+      const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], Ho = in[1].shape[1], Wo = in[1].shape[2];
+      const T* x = in[0].as<T>();
+      const T* grid = in[1].as<T>();
+      T* y = out[0].as<T>();
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+          const T* plane = x + (n * C + c) * H * W;
+          for (int64_t p = 0; p < Ho * Wo; ++p) {
+            const T* gp = grid + (n * Ho * Wo + p) * 2;
+            y[((n * C + c) * Ho * Wo) + p] = static_cast<T>(sample(plane, H, W, gp[0], gp[1]));
+          }
+        }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  double unnormalize(double g, int64_t size) const {
+    return align_ ? (g + 1) / 2 * static_cast<double>(size - 1) : ((g + 1) * static_cast<double>(size) - 1) / 2;
+  }
+  double apply_padding(double v, int64_t size) const {
+    if (pad_ == GridPad::kBorder) return std::clamp(v, 0.0, static_cast<double>(size - 1));
+    if (pad_ == GridPad::kReflection) {
+      v = align_ ? reflect_coordinate(v, 0, 2.0 * static_cast<double>(size - 1))
+                 : reflect_coordinate(v, -1, 2.0 * static_cast<double>(size) - 1);
+      return std::clamp(v, 0.0, static_cast<double>(size - 1));
+    }
+    return v;
+  }
+  template <typename T>
+  static double at(const T* plane, int64_t H, int64_t W, int64_t iy, int64_t ix) {
+    return iy >= 0 && iy < H && ix >= 0 && ix < W ? static_cast<double>(plane[iy * W + ix]) : 0.0;
+  }
+
+  template <typename T>
+  double sample(const T* plane, int64_t H, int64_t W, double gx, double gy) const {
+    double ix = unnormalize(gx, W), iy = unnormalize(gy, H);
+    if (mode_ == GridMode::kBicubic) {
+      const double fx = std::floor(ix), fy = std::floor(iy), tx = ix - fx, ty = iy - fy;
+      double wx[4], wy[4];
+      cubic_weights(tx, wx);
+      cubic_weights(ty, wy);
+      double acc = 0;
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i) {
+          // Each tap is padded on its own, as PyTorch's get_value_bounded does.
+          const double px = apply_padding(fx - 1 + i, W), py = apply_padding(fy - 1 + j, H);
+          acc += wx[i] * wy[j] * at(plane, H, W, static_cast<int64_t>(py), static_cast<int64_t>(px));
+        }
+      return acc;
+    }
+    ix = apply_padding(ix, W);
+    iy = apply_padding(iy, H);
+    if (mode_ == GridMode::kNearest)
+      return at(plane, H, W, static_cast<int64_t>(std::nearbyint(iy)), static_cast<int64_t>(std::nearbyint(ix)));
+    const int64_t x0 = static_cast<int64_t>(std::floor(ix)), y0 = static_cast<int64_t>(std::floor(iy));
+    const double tx = ix - static_cast<double>(x0), ty = iy - static_cast<double>(y0);
+    return at(plane, H, W, y0, x0) * (1 - tx) * (1 - ty) + at(plane, H, W, y0, x0 + 1) * tx * (1 - ty) +
+           at(plane, H, W, y0 + 1, x0) * (1 - tx) * ty + at(plane, H, W, y0 + 1, x0 + 1) * tx * ty;
+  }
+  static void cubic_weights(double t, double* w) {
+    const double A = -0.75;
+    auto near = [&](double v) { return ((A + 2) * v - (A + 3)) * v * v + 1; };
+    auto far = [&](double v) { return ((A * v - 5 * A) * v + 8 * A) * v - 4 * A; };
+    w[0] = far(t + 1);
+    w[1] = near(t);
+    w[2] = near(1 - t);
+    w[3] = far(2 - t);
+  }
+
+  GridMode mode_;
+  GridPad pad_;
+  bool align_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_grid_sample(const KernelArgs&, AttrReader& attrs) {
+  KILN_ASSIGN_OR_RETURN(std::string mode, attrs.get_string("mode", "bilinear"));
+  KILN_ASSIGN_OR_RETURN(std::string pad, attrs.get_string("padding_mode", "zeros"));
+  KILN_ASSIGN_OR_RETURN(int64_t align, attrs.get_int("align_corners", 0));
+  GridMode m;
+  if (mode == "bilinear") m = GridMode::kBilinear;
+  else if (mode == "nearest") m = GridMode::kNearest;
+  else if (mode == "bicubic") m = GridMode::kBicubic;
+  else return Unimplemented("attribute 'mode'='" + mode + "' is not supported");
+  GridPad p;
+  if (pad == "zeros") p = GridPad::kZeros;
+  else if (pad == "border") p = GridPad::kBorder;
+  else if (pad == "reflection") p = GridPad::kReflection;
+  else return Unimplemented("attribute 'padding_mode'='" + pad + "' is not supported");
+  return std::unique_ptr<Kernel>(std::make_unique<GridSampleKernel>(m, p, align != 0));
+}
+
 }  // namespace
 
 void register_nn_resize_kernels(KernelRegistry& r) {
   r.add({"Resize", "reference", 0, make_resize});
   r.add({"Upsample", "reference", 0, make_upsample});
+  r.add({"GridSample", "reference", 0, make_grid_sample});
 }
 
 }  // namespace kiln

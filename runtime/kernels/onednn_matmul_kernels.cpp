@@ -34,7 +34,15 @@ class OnednnMatMulKernel final : public OnednnKernel {
       for (int i = 0; i < s.rank(); ++i) d[R - s.rank() + i] = s[i];
       return d;
     };
-    const memory::dims ad = padded(a), bd = padded(b), yd = padded(y);
+    memory::dims ad = padded(a), bd = padded(b), yd = padded(y);
+    // Shared weights ([batch..., M, K] x [K, N], the transformer projection case): one 2-D matmul
+    // with the batch folded into M beats a batched one.
+    if (b.numel(0, b.rank() - 2) == 1 && a.rank() > 2) {
+      const int64_t M = a.numel(0, a.rank() - 1), K = a[a.rank() - 1], N = b[b.rank() - 1];
+      ad = {M, K};
+      bd = {K, N};
+      yd = {M, N};
+    }
     const memory::desc a_md(ad, memory::data_type::f32, onednn_plain_strides(ad));
     const memory::desc b_md(bd, memory::data_type::f32, onednn_plain_strides(bd));
     const memory::desc y_md(yd, memory::data_type::f32, onednn_plain_strides(yd));

@@ -289,9 +289,28 @@ TEST(NnResize, TfCropAndResizeExtrapolation) {
 TEST(NnResize, UpsampleAndErrors) {
   auto u = run("Upsample", {}, {F({1, 2, 3, 4}, {1, 2, 2}), F({1, 1, 2}, {3})}, 1, 9);
   expect_values(u[0], Shape{1, 2, 4}, {1, 1, 2, 2, 3, 3, 4, 4});
+  auto u7 = run("Upsample", {{"scales", Attribute::Floats({1, 2, 1})}}, {F({1, 2}, {1, 1, 2})}, 1, 7);
+  expect_values(u7[0], Shape{1, 2, 2}, {1, 2, 1, 2});
   EXPECT_TRUE(fails("Resize", {}, {F(pat(4), {2, 2}), Tensor(), F({1, 2}, {2}), I64({2, 4}, {2})}));
   EXPECT_TRUE(fails("Resize", {}, {F(pat(4), {2, 2}), Tensor(), F({2}, {1})}));
   EXPECT_TRUE(fails("Resize", {{"mode", Attribute::String("area")}}, {F(pat(4), {2, 2}), Tensor(), F({1, 2}, {2})}));
+}
+
+TEST(NnGridSample, ModesAndPadding) {
+  // Plane [[0, 1], [2, 3]] with align_corners=1; grid points (x, y): corners, centre, and x=3 (outside).
+  const Tensor x = F({0, 1, 2, 3}, {1, 1, 2, 2});
+  const Tensor grid = F({-1, -1, 1, 1, 0, 0, 3, 0}, {1, 1, 4, 2});
+  auto sample = [&](const char* mode, const char* pad) {
+    return run("GridSample", {{"mode", Attribute::String(mode)}, {"padding_mode", Attribute::String(pad)},
+                              {"align_corners", Attribute::Int(1)}},
+               {x, grid});
+  };
+  expect_values(sample("bilinear", "zeros")[0], Shape{1, 1, 1, 4}, {0, 3, 1.5, 0});
+  expect_values(sample("bilinear", "border")[0], Shape{1, 1, 1, 4}, {0, 3, 1.5, 2});
+  expect_values(sample("bilinear", "reflection")[0], Shape{1, 1, 1, 4}, {0, 3, 1.5, 1});
+  expect_values(sample("nearest", "zeros")[0], Shape{1, 1, 1, 4}, {0, 3, 0, 0});
+  EXPECT_TRUE(fails("GridSample", {{"mode", Attribute::String("area")}}, {x, grid}));
+  EXPECT_TRUE(fails("GridSample", {}, {x, F({0, 0, 0}, {1, 1, 1, 3})}));
 }
 
 }  // namespace

@@ -82,7 +82,8 @@ TEST(OnednnMatMul, OddSizesMatchReference) {
 TEST(OnednnMatMul, BatchBroadcast) {
   const std::pair<Shape, Shape> cases[] = {
       {Shape{2, 1, 3, 5, 7}, Shape{4, 1, 7, 6}}, {Shape{3, 5, 7}, Shape{7, 6}},        {Shape{5, 7}, Shape{2, 3, 7, 6}},
-      {Shape{1, 4, 17, 3}, Shape{2, 1, 3, 9}}, {Shape{3, 1, 17, 63}, Shape{1, 5, 63, 3}}, {Shape{2, 3, 4}, Shape{2, 4, 5}}};
+      {Shape{1, 4, 17, 3}, Shape{2, 1, 3, 9}}, {Shape{3, 1, 17, 63}, Shape{1, 5, 63, 3}}, {Shape{2, 3, 4}, Shape{2, 4, 5}},
+      {Shape{3, 17, 63}, Shape{1, 1, 63, 5}},  {Shape{2, 3, 1, 129}, Shape{129, 3}}};
   uint32_t seed = 100;
   for (const auto& [a, b] : cases)
     compare("MatMul", {}, {random_f32(a, seed++), random_f32(b, seed++)}, a[a.rank() - 1], true, str(a, b));
