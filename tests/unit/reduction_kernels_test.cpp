@@ -144,6 +144,20 @@ TEST(ReduceKernels, ZeroSizeReducedDimGivesIdentityValues) {
   expect_tensor<int32_t>((*r)[0], {3}, {lo, lo, lo});
 }
 
+TEST(ReduceKernels, LargeInputTakesParallelPath) {
+  // (64, 33, 40) with x[i, j, k] = j: summing axes 0 and 2 gives 2560 * j; max over axis 1 gives 32.
+  std::vector<float> v(64 * 33 * 40);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i / 40) % 33);
+  auto r = run1("ReduceSum", {{"keepdims", Attribute::Int(0)}}, {F(v, {64, 33, 40}), I64({0, 2}, {2})});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<float> want(33);
+  for (int j = 0; j < 33; ++j) want[j] = 2560.0f * j;
+  expect_tensor<float>((*r)[0], {33}, want);
+  r = run1("ReduceMax", {{"axes", Attribute::Ints({1})}}, {F(v, {64, 33, 40})});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  expect_tensor<float>((*r)[0], {64, 1, 40}, std::vector<float>(64 * 40, 32.0f));
+}
+
 TEST(ReduceKernels, ZeroSizeKeptDim) {
   auto r = run1("ReduceSum", {{"keepdims", Attribute::Int(1)}}, {F({}, {0, 3}), I64({1}, {1})});
   ASSERT_TRUE(r.ok()) << r.status().message();
