@@ -1,6 +1,7 @@
 #include "runtime/execution_context.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace kiln {
@@ -146,7 +147,9 @@ Status ExecutionContext::run() {
     heap_in_use_.clear();
   }
   for (size_t s = 0; s < plan_->steps.size(); ++s) {
+    const auto t0 = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     KILN_RETURN_IF_ERROR(run_step(s, use_arena && arena_valid_));
+    if (profiling_) step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!arena_valid_) release_dead_buffers(s);
   }
   if (!arena_valid_) {
@@ -168,6 +171,11 @@ void ExecutionContext::release_dead_buffers(size_t s) {
     if (v >= 0 && last_use_[v] == static_cast<int>(s) && !heap_buffers_[v].empty()) heap_buffers_[v] = Tensor();
   for (int v : step.outputs)
     if (last_use_[v] < 0) heap_buffers_[v] = Tensor();
+}
+
+void ExecutionContext::set_profiling(bool on) {
+  profiling_ = on;
+  step_ms_.assign(plan_->steps.size(), 0.0);
 }
 
 void ExecutionContext::plan_arena() {

@@ -36,6 +36,10 @@ class ExecutionContext {
   const Plan& plan() const { return *plan_; }
   const Kernel& kernel(size_t step) const { return *kernels_[step]; }
   size_t arena_bytes() const { return arena_bytes_; }
+  // Per-step wall time of the runs made while profiling is on (for the layer profile); off by
+  // default so timed runs carry no clock reads.
+  void set_profiling(bool on);
+  const std::vector<double>& step_ms() const { return step_ms_; }
 
  private:
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
@@ -60,6 +64,8 @@ class ExecutionContext {
   // Scratch spans reused by every step, sized once at creation.
   std::vector<TensorView> in_scratch_, out_scratch_;
   std::vector<TensorDesc> desc_scratch_;
+  bool profiling_ = false;
+  std::vector<double> step_ms_;
 };
 
 }  // namespace kiln
