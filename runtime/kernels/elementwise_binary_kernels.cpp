@@ -12,9 +12,7 @@ using ew::bit;
 using ew::kAllTypes;
 using ew::kBoolType;
 using ew::kFloatTypes;
-using ew::kIntTypes;
 using ew::kNumericTypes;
-using ew::kSignedIntTypes;
 using ew::kUnsignedIntTypes;
 
 template <typename Op>

@@ -18,6 +18,18 @@ inline uint16_t float_to_bf16_truncate(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// double -> float16 through float would round twice. Rounding to float with round-to-odd first
+// (keep the odd neighbour when inexact) makes the second, round-to-nearest-even step exact.
+inline uint16_t double_to_half(double d) {
+  float f = static_cast<float>(d);
+  if (std::isfinite(f) && static_cast<double>(f) != d) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 1u) == 0) f = std::nextafter(f, static_cast<float>(d > static_cast<double>(f) ? INFINITY : -INFINITY));
+  }
+  return float_to_half(f);
+}
+
 // Float to integer conversion saturates and maps NaN to 0, where a plain C++ cast is undefined.
 template <typename D, typename F>
 inline D float_to_int(F v) {
@@ -30,8 +42,9 @@ inline D float_to_int(F v) {
 template <typename S, typename D>
 inline D convert(S s) {
   const auto c = ew::Elem<S>::load(s);
-  using C = decltype(c);
+  using C = std::remove_const_t<decltype(c)>;
   if constexpr (std::is_same_v<D, bool>) return c != C(0);
+  else if constexpr (std::is_same_v<D, Half> && std::is_same_v<C, double>) return Half{double_to_half(c)};
   else if constexpr (std::is_same_v<D, Half>) return Half{float_to_half(static_cast<float>(c))};
   else if constexpr (std::is_same_v<D, BFloat16>) return BFloat16{float_to_bf16_truncate(static_cast<float>(c))};
   else if constexpr (std::is_floating_point_v<C> && std::is_integral_v<D>) return float_to_int<D>(c);

@@ -11,7 +11,6 @@ namespace {
 
 using ew::kBoolType;
 using ew::kFloatTypes;
-using ew::kIntTypes;
 using ew::kNumericTypes;
 using ew::kSignedIntTypes;
 

@@ -335,6 +335,13 @@ TEST(ElementwiseCast, HalfAndBFloat16) {
   EXPECT_EQ(hb[2], 0x3555);
   EXPECT_EQ(hb[3], 0xc000);
   EXPECT_EQ(values<double>(run1("Cast", {*h}, to(DType::kFloat64)))[0], 0.0999755859375);
+  // Just above the midpoint of two halves, but float would round it onto the midpoint (numpy: 0x3c01).
+  const double above_mid = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  auto hm = run1("Cast", {make<double>({above_mid, -above_mid, 1.0 + std::ldexp(1.0, -11)}, {3})}, to(DType::kFloat16));
+  ASSERT_TRUE(hm.ok());
+  EXPECT_EQ(hm->as<uint16_t>()[0], 0x3c01);
+  EXPECT_EQ(hm->as<uint16_t>()[1], 0xbc01);
+  EXPECT_EQ(hm->as<uint16_t>()[2], 0x3c00);  // exact midpoint: ties to even
   // float -> bfloat16 keeps the top 16 bits (the ONNX reference truncates): 0.48033667f is 0x3ef5eeb6.
   auto b = run1("Cast", {f32({0.48033667f, 1.0f, -INFINITY, NAN}, {4})}, to(DType::kBFloat16));
   ASSERT_TRUE(b.ok());
