@@ -1,8 +1,12 @@
-// engine-run: build an ONNX model in memory for the given input shapes, run it, write outputs.
+// engine-run: run an ONNX model (built in memory for the given input shapes) or an engine file
+// (one of its profiles), write the outputs, optionally time it; or inspect an engine file.
 //   engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
 //                         [--disable-pass NAME ...]
+//   engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
+//   engine-run --inspect ENGINE
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +17,8 @@
 #include "builder/onnx_importer.h"
 #include "builder/onnx_tensor.h"
 #include "profiles/latency_stats.h"
+#include "runtime/engine.h"
+#include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "tools/npy_io.h"
 
@@ -22,6 +28,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
     "[--disable-pass NAME ...]\n"
+    "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]\n"
+    "       engine-run --inspect ENGINE\n"
     "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n";
 
 struct Args {
@@ -31,6 +39,8 @@ struct Args {
   int iterations = 0;
   std::string json;
   std::set<std::string> disabled_passes;
+  std::string profile;
+  bool inspect = false;
 };
 
 StatusOr<Args> parse_args(int argc, char** argv) {
@@ -44,6 +54,8 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     if (s == "--input") { KILN_ASSIGN_OR_RETURN(std::string v, need("--input")); a.inputs.push_back(v); }
     else if (s == "--output-dir") { KILN_ASSIGN_OR_RETURN(a.output_dir, need("--output-dir")); }
     else if (s == "--json") { KILN_ASSIGN_OR_RETURN(a.json, need("--json")); }
+    else if (s == "--profile") { KILN_ASSIGN_OR_RETURN(a.profile, need("--profile")); }
+    else if (s == "--inspect") a.inspect = true;
     else if (s == "--disable-pass") { KILN_ASSIGN_OR_RETURN(std::string v, need("--disable-pass")); a.disabled_passes.insert(v); }
     else if (s == "--iterations") {
       KILN_ASSIGN_OR_RETURN(std::string v, need("--iterations"));
@@ -62,7 +74,8 @@ StatusOr<Args> parse_args(int argc, char** argv) {
       return InvalidArgument("unexpected argument '" + s + "' (only one model may be given)");
     }
   }
-  if (a.model.empty()) return InvalidArgument("no model given");
+  if (a.model.empty()) return InvalidArgument(a.inspect ? "--inspect needs an engine file" : "no model given");
+  if (a.inspect) return a;
   if (a.output_dir.empty() && a.iterations == 0) return InvalidArgument("--output-dir is required (or --iterations to only time)");
   return a;
 }
@@ -94,13 +107,84 @@ StatusOr<std::pair<std::string, Tensor>> load_input(const std::string& spec) {
   return InvalidArgument("--input '" + spec + "': the file must end in .npy or .pb");
 }
 
+bool is_engine_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[8] = {};
+  f.read(magic, 8);
+  return f && std::memcmp(magic, kEngineMagic, 8) == 0;
+}
+
+std::string shape_or_range(const BindingInfo& b) {
+  if (b.min.rank() == 0 && b.max.rank() == 0) return "";
+  if (b.min == b.max) return " " + b.min.str();
+  std::string s = " [";
+  for (int d = 0; d < b.min.rank(); ++d) {
+    if (d) s += ", ";
+    s += b.min[d] == b.max[d] ? std::to_string(b.min[d])
+                              : (d < static_cast<int>(b.dim_names.size()) && !b.dim_names[d].empty() ? b.dim_names[d] + ":" : "") +
+                                    std::to_string(b.min[d]) + ".." + std::to_string(b.opt[d]) + ".." + std::to_string(b.max[d]);
+  }
+  return s + "]  (min..opt..max)";
+}
+
+Status inspect(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(path));
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const EngineInfo& info = engine->info();
+  std::printf("engine: %s\n  format version %u, produced by %s, loaded in %.1f ms\n", path.c_str(), info.format_version,
+              info.producer.c_str(), load_ms);
+  std::printf("  source model: %s, precision %s\n  required CPU features: %s\n", info.source_model.c_str(),
+              info.precision.c_str(), cpu_feature_names(info.required_cpu_features).c_str());
+  std::printf("  file %.1f MB, weights %.1f MB in %zu tensors (stored once for all profiles)\n",
+              static_cast<double>(info.file_bytes) / 1e6, static_cast<double>(info.weight_bytes) / 1e6, info.weight_count);
+  for (size_t p = 0; p < engine->profiles().size(); ++p) {
+    const ProfileInfo& pi = engine->profiles()[p];
+    const Plan& plan = *engine->plan(p);
+    std::printf("\nprofile '%s': %zu layers\n  inputs:\n", pi.name.c_str(), plan.steps.size());
+    for (const auto& b : pi.inputs)
+      std::printf("    %-58s %-8s%s\n", b.name.c_str(), dtype_name(b.dtype).c_str(), shape_or_range(b).c_str());
+    std::printf("  outputs:\n");
+    for (const auto& b : pi.outputs) std::printf("    %-58s %s\n", b.name.c_str(), dtype_name(b.dtype).c_str());
+    KILN_ASSIGN_OR_RETURN(auto ctx, engine->create_context(pi.name));
+    std::printf("  layers (index, op, kernel, name):\n");
+    for (size_t s = 0; s < plan.steps.size(); ++s)
+      std::printf("    %4zu  %-20s %-10s %s\n", s, plan.steps[s].op_type.c_str(), ctx->kernel(s).impl_name(),
+                  plan.steps[s].name.c_str());
+  }
+  return Status::Ok();
+}
+
+Status run_context(ExecutionContext& ctx, const Args& args);
+
+Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs) {
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.model));
+  std::string profile = args.profile;
+  if (profile.empty()) {
+    if (engine->profiles().size() != 1) {
+      std::string names;
+      for (const auto& p : engine->profiles()) names += (names.empty() ? "" : ", ") + p.name;
+      return InvalidArgument("engine '" + args.model + "' has several profiles; choose one with --profile (" + names + ")");
+    }
+    profile = engine->profiles()[0].name;
+  }
+  KILN_ASSIGN_OR_RETURN(auto ctx, engine->create_context(profile));
+  for (size_t i = 0; i < ctx->num_inputs(); ++i)
+    if (!inputs.count(ctx->input_name(i))) return InvalidArgument("missing input '" + ctx->input_name(i) + "': pass --input " + ctx->input_name(i) + "=FILE");
+  for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));
+  return run_context(*ctx, args);
+}
+
 Status run(const Args& args) {
+  if (args.inspect) return inspect(args.model);
   std::map<std::string, Tensor> inputs;
   for (const auto& spec : args.inputs) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
     if (inputs.count(named.first)) return InvalidArgument("input '" + named.first + "' is given twice");
     inputs.emplace(named.first, named.second);
   }
+  if (is_engine_file(args.model)) return run_engine(args, inputs);
+  if (!args.profile.empty()) return InvalidArgument("--profile applies to engine files; '" + args.model + "' is not one");
   KILN_ASSIGN_OR_RETURN(Graph graph, import_onnx_file(args.model));
   BuildOptions options;
   options.disabled_passes = args.disabled_passes;
@@ -121,6 +205,11 @@ Status run(const Args& args) {
   KILN_ASSIGN_OR_RETURN(auto plan, build_plan(std::move(graph), options));
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plan));
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));
+  return run_context(*ctx, args);
+}
+
+Status run_context(ExecutionContext& c, const Args& args) {
+  ExecutionContext* ctx = &c;
   KILN_RETURN_IF_ERROR(ctx->run());
 
   if (args.iterations > 0) {
