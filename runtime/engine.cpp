@@ -233,14 +233,16 @@ int Engine::find_profile(const std::string& name) const {
   return -1;
 }
 
-StatusOr<std::unique_ptr<ExecutionContext>> Engine::create_context(const std::string& profile) const {
+StatusOr<std::unique_ptr<ExecutionContext>> Engine::create_context(const std::string& profile, bool prepare) const {
   const int p = find_profile(profile);
   if (p < 0) {
     std::string known;
     for (const auto& pi : profiles_) known += (known.empty() ? "" : ", ") + pi.name;
     return NotFound("engine has no profile '" + profile + "' (profiles: " + known + ")");
   }
-  return ExecutionContext::create(plans_[p]);
+  KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plans_[p]));
+  if (prepare) KILN_RETURN_IF_ERROR(ctx->prepare_for_profile().with_context("preparing profile '" + profile + "'"));
+  return ctx;
 }
 
 }  // namespace kiln

@@ -47,8 +47,10 @@ class Engine {
   const std::vector<ProfileInfo>& profiles() const { return profiles_; }
   int find_profile(const std::string& name) const;  // -1 if absent
   std::shared_ptr<const Plan> plan(size_t profile) const { return plans_[profile]; }
-  // A new context for `profile`; errors name the known profiles.
-  StatusOr<std::unique_ptr<ExecutionContext>> create_context(const std::string& profile) const;
+  // A new context for `profile`; errors name the known profiles. With `prepare`, the context is run
+  // once at the profile's max and opt shapes first (ExecutionContext::prepare_for_profile), so its
+  // arena covers the whole range and the first real run at opt needs no preparation.
+  StatusOr<std::unique_ptr<ExecutionContext>> create_context(const std::string& profile, bool prepare = false) const;
 
  private:
   friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out);

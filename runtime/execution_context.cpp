@@ -22,6 +22,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   ctx->offsets_.assign(nv, 0);
   ctx->heap_buffers_.resize(nv);
   ctx->input_bound_.assign(plan->inputs.size(), false);
+  ctx->bound_outputs_.resize(nv);
   ctx->prepared_.assign(ns, false);
   ctx->last_use_.assign(nv, -1);
   size_t max_in = 0, max_out = 0;
@@ -101,7 +102,13 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   for (size_t o = 0; o < no; ++o) {
     const int v = step.outputs[o];
     if (!dtype_is_known(desc[o].dtype))  return Internal(where() + ": output " + std::to_string(o) + " has no inferred dtype");
-    if (use_arena && desc[o].dtype == planned_[v].dtype && desc[o].shape == planned_[v].shape) {
+    if (bound_outputs_[v].present()) {
+      const TensorView& b = bound_outputs_[v];
+      if (b.dtype != desc[o].dtype || b.shape != desc[o].shape)
+        return InvalidArgument("output '" + plan_->values[v].name + "' is " + dtype_name(desc[o].dtype) + " " + desc[o].shape.str() +
+                               " but the bound buffer is " + dtype_name(b.dtype) + " " + b.shape.str());
+      views_[v] = b;
+    } else if (use_arena && desc[o].dtype == planned_[v].dtype && desc[o].shape == planned_[v].shape) {
       views_[v] = TensorView{static_cast<char*>(arena_.get()) + offsets_[v], desc[o].dtype, desc[o].shape};
     } else {
       // Unplanned run, or a data-dependent shape that differs from the plan: own buffer, re-plan later.
@@ -171,6 +178,35 @@ void ExecutionContext::release_dead_buffers(size_t s) {
     if (v >= 0 && last_use_[v] == static_cast<int>(s) && !heap_buffers_[v].empty()) heap_buffers_[v] = Tensor();
   for (int v : step.outputs)
     if (last_use_[v] < 0) heap_buffers_[v] = Tensor();
+}
+
+Status ExecutionContext::bind_output(const std::string& name, const TensorView& buffer) {
+  for (int v : plan_->outputs)
+    if (plan_->values[v].name == name) {
+      if (plan_->values[v].constant >= 0) return InvalidArgument("output '" + name + "' is a constant of the model; read it with output()");
+      if (buffer.present() && buffer.numel() > 0 && buffer.data == nullptr) return InvalidArgument("bound buffer for output '" + name + "' has no data");
+      bound_outputs_[v] = buffer;
+      return Status::Ok();
+    }
+  return NotFound("the model has no output named '" + name + "'");
+}
+
+Status ExecutionContext::prepare_for_profile() {
+  for (int v : plan_->inputs)
+    if (plan_->values[v].range_max.empty()) return InvalidArgument("this plan has no profile ranges to prepare for");
+  std::vector<Tensor> zeros;
+  using Range = std::vector<int64_t> PlanValue::*;
+  for (Range which : {&PlanValue::range_max, &PlanValue::range_opt}) {
+    zeros.clear();
+    for (size_t i = 0; i < plan_->inputs.size(); ++i) {
+      const PlanValue& pv = plan_->values[plan_->inputs[i]];
+      zeros.push_back(Tensor::zeros(pv.dtype, Shape(pv.*which)));
+      KILN_RETURN_IF_ERROR(set_input(i, zeros.back().view()));
+    }
+    KILN_RETURN_IF_ERROR(run());  // at new shapes: records them, plans the arena, prepares kernels
+  }
+  std::fill(input_bound_.begin(), input_bound_.end(), false);  // the zero inputs die here
+  return Status::Ok();
 }
 
 void ExecutionContext::set_profiling(bool on) {

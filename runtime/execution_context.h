@@ -27,6 +27,15 @@ class ExecutionContext {
   Status set_input(size_t index, const TensorView& view);
   Status run();
 
+  // Zero-copy outputs: the step producing `name` writes straight into `buffer` when the shapes
+  // agree (an error names the output and both shapes otherwise). An empty view unbinds.
+  Status bind_output(const std::string& name, const TensorView& buffer);
+
+  // Runs once at the profile's max shapes (sizing the arena for the whole range) and once at its
+  // opt shapes (planning buffers and preparing kernels), on zero-filled inputs, so the first real
+  // run at opt needs no preparation. Inputs must be bound again afterwards.
+  Status prepare_for_profile();
+
   size_t num_inputs() const { return plan_->inputs.size(); }
   size_t num_outputs() const { return plan_->outputs.size(); }
   const std::string& input_name(size_t i) const { return plan_->values[plan_->inputs[i]].name; }
@@ -55,6 +64,7 @@ class ExecutionContext {
   std::vector<Tensor> heap_buffers_;         // per-value buffers of an unplanned run
   std::vector<int> heap_in_use_;             // values that got a heap buffer since the last planned run
   std::vector<bool> input_bound_;
+  std::vector<TensorView> bound_outputs_;     // per value; dtype kUndefined = not bound
   std::vector<Shape> planned_input_shapes_;
   std::vector<bool> prepared_;               // per step: prepared for the current shapes
   std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)

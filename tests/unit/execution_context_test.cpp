@@ -154,3 +154,58 @@ TEST(ExecutionContext, TwoContextsShareOnePlan) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(ExecutionContext, BoundOutputIsWrittenInPlace) {
+  auto plan = dynamic_plan();
+  ASSERT_NE(plan, nullptr);
+  auto ctx = ExecutionContext::create(plan);
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = input(6);
+  Tensor y = Tensor::zeros(DType::kFloat32, Shape{6, 3});
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  ASSERT_TRUE((*ctx)->bind_output("y", y.view()).ok());
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_TRUE((*ctx)->run().ok());
+    EXPECT_EQ((*ctx)->output(0).data, y.data());
+    expect_matches(y.view(), x);
+  }
+  Tensor wrong = Tensor::zeros(DType::kFloat32, Shape{5, 3});
+  ASSERT_TRUE((*ctx)->bind_output("y", wrong.view()).ok());
+  Status st = (*ctx)->run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("output 'y'"), std::string::npos) << st.message();
+  EXPECT_FALSE((*ctx)->bind_output("nope", y.view()).ok());
+}
+
+TEST(ExecutionContext, PrepareForProfileNeedsRanges) {
+  auto plan = dynamic_plan();
+  ASSERT_NE(plan, nullptr);
+  auto ranged = std::make_shared<Plan>(*plan);
+  PlanValue& x = ranged->values[ranged->inputs[0]];
+  x.range_min = {1, 5};
+  x.range_opt = {4, 5};
+  x.range_max = {9, 5};
+  ranged->profile = "p";
+  auto ctx = ExecutionContext::create(ranged);
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE((*ctx)->prepare_for_profile().ok());
+  const size_t arena = (*ctx)->arena_bytes();
+  EXPECT_GE(arena, 9u * 3 * sizeof(float));  // sized for max
+  Tensor in = input(4);
+  ASSERT_TRUE((*ctx)->set_input("x", in.view()).ok());
+  ASSERT_TRUE((*ctx)->run().ok());
+  EXPECT_EQ((*ctx)->arena_bytes(), arena);  // opt was planned inside the max arena
+  expect_matches((*ctx)->output(0), in);
+  Tensor too_big = input(10);
+  Status st = (*ctx)->set_input("x", too_big.view());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("outside profile 'p' range [1, 9]"), std::string::npos) << st.message();
+  auto plain = ExecutionContext::create(plan);
+  EXPECT_FALSE((*plain)->prepare_for_profile().ok());
+}
+
+}  // namespace
+}  // namespace kiln
