@@ -55,14 +55,21 @@ StatusOr<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto& kv : p.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location") {
+        location = kv.value();
+      } else if (kv.key() == "offset" || kv.key() == "length") {
+        char* end = nullptr;
+        const long long v = std::strtoll(kv.value().c_str(), &end, 10);
+        if (kv.value().empty() || *end || v < 0) return DataLoss(what + ": external data " + kv.key() + " '" + kv.value() + "' is not a non-negative integer");
+        (kv.key() == "offset" ? offset : length) = v;
+      }
     }
     if (location.empty()) return DataLoss(what + ": external data without a location");
     if (location.find("..") != std::string::npos || std::filesystem::path(location).is_absolute())
       return InvalidArgument(what + ": external data location '" + location + "' must be a relative path inside the model's folder");
-    KILN_ASSIGN_OR_RETURN(std::string bytes, read_file_range((std::filesystem::path(base_dir) / location).string(), offset, length));
+    auto read = read_file_range((std::filesystem::path(base_dir) / location).string(), offset, length);
+    if (!read.ok()) return read.status().with_context(what);
+    const std::string& bytes = *read;
     if (bytes.size() != t.nbytes())
       return DataLoss(what + ": external data has " + std::to_string(bytes.size()) + " bytes, shape " + shape.str() + " needs " + std::to_string(t.nbytes()));
     if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());

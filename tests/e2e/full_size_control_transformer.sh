@@ -11,14 +11,14 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL=$WORK/control_transformer.onnx
 mkdir -p "$WORK"
 # Re-export only when the export scripts changed since the last export.
-if [ ! -f "$MODEL" ] || [ -n "$(find "$ROOT/models" -name '*.py' -newer "$MODEL")" ]; then
+if [ ! -f "$MODEL" ] || [ ! -d "$WORK/ref/incremental/expected" ] || [ -n "$(find "$ROOT/models" -name "*.py" -newer "$MODEL")" ]; then
   rm -rf "$WORK/ref"
   /usr/bin/python3 "$ROOT/models/export_models.py" control_transformer --size full --out "$MODEL" \
     --reference-dir "$WORK/ref" --case full incremental --quiet
 fi
 status=0
 for case in full incremental; do
-  dir=$WORK/ref/control_transformer/$case
+  dir=$WORK/ref/$case
   args=()
   for f in "$dir"/inputs/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
   echo "== $case: $(/usr/bin/python3 -c "import numpy as np; print('cached_kv', list(np.load('$dir/inputs/cached_kv.npy').shape), 'mask', list(np.load('$dir/inputs/mask.npy').shape))")"
