@@ -98,7 +98,7 @@ struct AbsOp : NoAttrs<AbsOp> {
   template <typename C>
   C operator()(C x) const {
     if constexpr (std::is_unsigned_v<C>) return x;
-    else return x < C(0) ? static_cast<C>(-x) : x;
+    else return x < C(0) ? ew::wrap_sub(C(0), x) : x;  // |INT_MIN| wraps to INT_MIN, as in numpy
   }
 };
 
@@ -107,7 +107,8 @@ struct NegOp : NoAttrs<NegOp> {
   static constexpr bool kBoolOut = false;
   template <typename C>
   C operator()(C x) const {
-    return static_cast<C>(-x);
+    if constexpr (std::is_integral_v<C>) return ew::wrap_sub(C(0), x);
+    else return -x;
   }
 };
 

@@ -155,6 +155,7 @@ KernelOr make_squeeze(const KernelArgs&, AttrReader& attrs) {
         int64_t axes[kMaxRank];
         int n = 0;
         KILN_RETURN_IF_ERROR(squeeze_axes(in, has_attr, attr_axes, axes, &n));
+        if (n == 0) n = -1;  // empty axes squeeze every unit dim, as in ONNX Runtime
         const Shape& s = in[0].shape;
         bool drop[kMaxRank] = {};
         if (n < 0) {

@@ -124,6 +124,9 @@ TEST(ElementwiseUnary, IntegerAbsNegSignRelu) {
   EXPECT_EQ(values<int32_t>(run1("Relu", {x})), (std::vector<int32_t>{0, 0, 5, 0}));
   EXPECT_EQ(values<uint8_t>(run1("Abs", {make<uint8_t>({0, 200}, {2})})), (std::vector<uint8_t>{0, 200}));
   EXPECT_EQ(values<int8_t>(run1("Neg", {make<int8_t>({-128, 127}, {2})})), (std::vector<int8_t>{-128, -127}));
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(values<int64_t>(run1("Neg", {make<int64_t>({lo, 3}, {2})})), (std::vector<int64_t>{lo, -3}));
+  EXPECT_EQ(values<int64_t>(run1("Abs", {make<int64_t>({lo, -3}, {2})})), (std::vector<int64_t>{lo, 3}));
   // Neg has no unsigned types in ONNX.
   EXPECT_FALSE(run1("Neg", {make<uint8_t>({1}, {1})}).ok());
   expect_floats(run1("Sign", {f32({-0.1f, 0.0f, 7.0f}, {3})}), {-1.0f, 0.0f, 1.0f});

@@ -109,6 +109,24 @@ TEST(TensorScatterElements, NoneAddMul) {
   EXPECT_EQ(values<double>(s), (std::vector<double>{1, 2.1, 3, 4, 3.0}));
 }
 
+TEST(TensorScatterElements, MaxMinAndFloat16Add) {
+  Tensor x = make<int64_t>({1, 5, 3}, Shape{3});
+  Tensor idx = i64({0, 1, 1});
+  Tensor upd = make<int64_t>({4, 2, 7}, Shape{3});
+  EXPECT_EQ(values<int64_t>(run1("ScatterElements", {{"reduction", Attribute::String("max")}}, {x, idx, upd}, 18)),
+            v64({4, 7, 3}));
+  EXPECT_EQ(values<int64_t>(run1("ScatterElements", {{"reduction", Attribute::String("min")}}, {x, idx, upd}, 18)),
+            v64({1, 2, 3}));
+  // float16 goes through float: 1 + 0.5 + 0.5 = 2 (0x4000), untouched 3 stays 0x4200.
+  Tensor h = Tensor::zeros(DType::kFloat16, Shape{2});
+  h.as<uint16_t>()[0] = 0x3c00;
+  h.as<uint16_t>()[1] = 0x4200;
+  Tensor hu = Tensor::zeros(DType::kFloat16, Shape{2});
+  hu.as<uint16_t>()[0] = hu.as<uint16_t>()[1] = 0x3800;
+  Tensor y = run1("ScatterElements", {{"reduction", Attribute::String("add")}}, {h, i64({0, 0}), hu});
+  EXPECT_EQ(values<uint16_t>(y), (std::vector<uint16_t>{0x4000, 0x4200}));
+}
+
 TEST(TensorScatterElements, Errors) {
   Tensor x = iota<float>(Shape{2, 2});
   EXPECT_FALSE(run_op_once("ScatterElements", {}, {x, i64({2}, Shape{1, 1}), make<float>({1}, Shape{1, 1})}, 1).ok());

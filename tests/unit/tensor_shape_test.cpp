@@ -111,6 +111,7 @@ TEST(TensorSqueeze, AxesInputAttributeAndAll) {
   EXPECT_EQ(shape_of("Squeeze", {}, {x}), (Shape{3, 2}));
   EXPECT_EQ(shape_of("Squeeze", {}, {x, i64({-2})}), (Shape{1, 3, 2}));
   EXPECT_EQ(shape_of("Squeeze", {}, {x, i64({2, 0})}), (Shape{3, 2}));
+  EXPECT_EQ(shape_of("Squeeze", {}, {x, i64({})}), (Shape{3, 2}));
   EXPECT_EQ(shape_of("Squeeze", {{"axes", Attribute::Ints({0})}}, {x}, 11), (Shape{3, 1, 2}));
   EXPECT_EQ(values<float>(run1("Squeeze", {}, {x})), values<float>(x));
   EXPECT_EQ(shape_of("Squeeze", {}, {Tensor::zeros(DType::kInt64, Shape{1})}), (Shape{}));
