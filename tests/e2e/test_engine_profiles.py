@@ -303,10 +303,20 @@ def ct_range_errors(spec, engine_path, ref_dir, workdir, args, res):
     two = {n: (full6[n][:, :2] if n in batch_names else inc[n]) for n in names}
     two["mask"] = np.ones((2 * CT_TPT, inc["cached_kv"].shape[3] + 2 * CT_TPT), bool)
     run("inc_T2 (timesteps fixed at 1)", "incremental", two, [tuple(batch_names), "1", "2"])
-    # Each input in range, but cached_kv (3 timesteps) disagrees with cached_projected_embeddings (5).
+    # Each input in range, but cached_kv (3 timesteps) disagrees with cached_projected_embeddings (5
+    # timesteps) on the dim they share, 'cached_seq'. engine-run MODEL.onnx rejects this naming the dim
+    # ("input 'cached_projected_embeddings' dim 1 ('cached_seq') is 170 but input 'cached_kv' dim 3 binds
+    # 'cached_seq' to 102"); an engine profile must too, whether the mask agrees with cached_kv (else the
+    # run silently returns projected_embeddings and kv_cache of different total_seq) or with neither.
+    cached3 = load_inputs(ref_dir, "incremental:T=1,cached=3", names)
     mixed = dict(inc)
-    mixed["cached_kv"] = load_inputs(ref_dir, "incremental:T=1,cached=3", names)["cached_kv"]
-    run("inc_inconsistent (cached_kv 102 vs embeddings 170)", "incremental", mixed, [("cached_seq", "102", "170")])
+    mixed["cached_kv"] = cached3["cached_kv"]
+    run("inc_inconsistent (cached_kv 102 vs embeddings 170, mask [34, 204])", "incremental", mixed,
+        ["cached_seq", "102", "170"])
+    mixed = dict(mixed)
+    mixed["mask"] = cached3["mask"]
+    run("inc_inconsistent2 (cached_kv 102 vs embeddings 170, mask [34, 136])", "incremental", mixed,
+        ["cached_seq", "102", "170"])
     # Unknown profile, and no profile on a two-profile engine.
     paths = case_inputs(ref_dir, "full:T=6", names)
     expect_error("unknown profile 'nosuch'", args.engine_run, engine_path, "nosuch", paths,
@@ -330,6 +340,12 @@ def gpt2_range_errors(spec, engine_path, ref_dir, workdir, args, res):
     dec2 = dict(load_inputs(ref_dir, "decode:seq=1,past=24", names))
     dec2["input_ids"] = np.concatenate([dec2["input_ids"]] * 2, axis=1)
     run("decode_seq2 (seq fixed at 1)", "decode", dec2, ["input_ids", "1", "2"])
+    # Layer 1's past (9 tokens) disagrees with layer 0's (24) on the shared dim 'past': must be an error
+    # naming it, as with engine-run MODEL.onnx, not a silent run.
+    mixed = dict(load_inputs(ref_dir, "decode:seq=1,past=24", names))
+    past9 = load_inputs(ref_dir, "decode:seq=1,past=9", names)
+    mixed["past_key_1"], mixed["past_value_1"] = past9["past_key_1"], past9["past_value_1"]
+    run("decode_inconsistent (layer 1 past 9 vs layer 0 past 24)", "decode", mixed, ["past", "9", "24"])
     expect_error("gpt2 unknown profile 'full'", args.engine_run, engine_path, "full",
                  case_inputs(ref_dir, "prefill:seq=16", names), ["'full'", "prefill", "decode"], workdir,
                  args.timeout, res)
