@@ -251,3 +251,25 @@ def make_case(model, size, case):
     else:
         raise ValueError(f"unknown case {case!r} for control_transformer")
     return inputs, run(model, inputs)
+
+
+# Parameterized cases, for testing an engine's profiles at chosen shapes: "full:T=5" is T timesteps on
+# an empty cache; "incremental:T=1,cached=3" is T new timesteps on the cache that a full forward over
+# the `cached` timesteps before them produced (all timesteps come from one random batch, seed 1).
+PARAM_CASES = {"full": {"T": None}, "incremental": {"T": 1, "cached": None}}
+
+
+def make_param_case(model, size, kind, params):
+    t = params["T"]
+    cached = params.get("cached", 0)
+    if t < 1 or cached < 0 or cached + t > MAX_TIMESTEPS:
+        raise ValueError(f"case {kind}: need T >= 1, cached >= 0 and cached + T <= "
+                         f"{MAX_TIMESTEPS} (the position table has {MAX_TIMESTEPS} timesteps), got T={t}, cached={cached}")
+    batch = random_batch(size, cached + t, seed=1)
+    if cached == 0:
+        cache = empty_cache(size)
+    else:
+        prev = run(model, make_inputs(size, slice_timesteps(batch, 0, cached), *empty_cache(size)))
+        cache = (prev["projected_embeddings"], prev["kv_cache"])
+    inputs = make_inputs(size, slice_timesteps(batch, cached, cached + t), *cache)
+    return inputs, run(model, inputs)

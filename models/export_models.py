@@ -5,6 +5,9 @@ write reference cases (inputs and PyTorch's outputs as .npy) for the end-to-end 
   /usr/bin/python3 models/export_models.py MODEL --out PATH.onnx [--size small|full]
       [--reference-dir DIR --case NAME ...]
 
+A case may also be parameterized, KIND:K=V,... (e.g. full:T=5, incremental:T=1,cached=3 for
+control_transformer; prefill:seq=16, decode:seq=1,past=24 for gpt2), written to DIR/full_T_5 etc.
+
 MODEL: control_transformer, gpt2, resnet18, vit. Weights are random with fixed seeds, so every run
 writes the same model and the same reference data. Cases write DIR/NAME/inputs/<input>.npy and
 DIR/NAME/expected/<output>.npy (names sanitized: characters outside [A-Za-z0-9._-] become '_').
@@ -123,6 +126,42 @@ def write_case(model, spec, size, case, reference_dir):
     return inputs, expected
 
 
+def parse_param_case(spec, case):
+    """'KIND:K=V,...' -> (KIND, {K: int(V)}), checked against the module's PARAM_CASES (KIND -> {param:
+    default or None if required}). Raises ValueError naming what is wrong."""
+    kinds = getattr(spec.module, "PARAM_CASES", {})
+    kind, _, rest = case.partition(":")
+    if kind not in kinds:
+        raise ValueError(f"unknown parameterized case kind {kind!r}; kinds: {', '.join(kinds) or 'none'}")
+    params = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in kinds[kind]:
+            raise ValueError(f"case {case!r}: expected K=V with K in {', '.join(kinds[kind])}, got {item!r}")
+        try:
+            params[key] = int(value)
+        except ValueError:
+            raise ValueError(f"case {case!r}: {key} must be an integer, got {value!r}") from None
+    for key, default in kinds[kind].items():
+        if key not in params:
+            if default is None:
+                raise ValueError(f"case {case!r}: {key}= is required")
+            params[key] = default
+    return kind, params
+
+
+def write_param_case(model, spec, size, case, reference_dir):
+    """Like write_case for 'KIND:K=V,...'; the case's directory is sanitize(case), e.g. full_T_5."""
+    kind, params = parse_param_case(spec, case)
+    inputs, expected = spec.module.make_param_case(model, size, kind, params)
+    for sub, arrays, names in (("inputs", inputs, spec.input_names), ("expected", expected, spec.output_names)):
+        d = os.path.join(reference_dir, sanitize(case), sub)
+        os.makedirs(d, exist_ok=True)
+        for name in names:
+            np.save(os.path.join(d, sanitize(name) + ".npy"), np.ascontiguousarray(arrays[name]))
+    return inputs, expected
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=MODELS)
@@ -130,7 +169,10 @@ def main(argv=None):
     p.add_argument("--size", choices=["small", "full"], default="full")
     p.add_argument("--reference-dir", help="write reference cases under this directory")
     p.add_argument("--case", action="extend", nargs="+", default=[],
-                   help="reference case to write (repeatable; default with --reference-dir: all cases)")
+                   help="reference case to write (repeatable; default with --reference-dir: all cases); "
+                        "also KIND:K=V,... at chosen shapes: control_transformer full:T=5, "
+                        "incremental:T=1,cached=3; gpt2 prefill:seq=16, decode:seq=1,past=24 "
+                        "(written to DIR/<case with : = , replaced by _>)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
@@ -144,6 +186,14 @@ def main(argv=None):
     if cases and not a.reference_dir:
         p.error("--case needs --reference-dir")
     for case in cases:
+        if ":" in case:
+            try:
+                write_param_case(model, spec, a.size, case, a.reference_dir)
+            except ValueError as e:
+                p.error(f"{a.model}: {e}")
+            if not a.quiet:
+                print(f"  case {case} -> {os.path.join(a.reference_dir, sanitize(case))}")
+            continue
         if case not in spec.cases:
             p.error(f"unknown case {case!r} for {a.model}; cases: {', '.join(spec.cases)}")
         write_case(model, spec, a.size, case, a.reference_dir)

@@ -171,3 +171,23 @@ def make_case(model, size, case):
     else:
         raise ValueError(f"unknown case {case!r} for gpt2")
     return inputs, run(model, size, inputs)
+
+
+# Parameterized cases, for testing an engine's profiles at chosen shapes: "prefill:seq=16" is `seq`
+# tokens on an empty past; "decode:seq=1,past=24" is `seq` tokens on the presents of a `past`-token
+# prefill (so the past is realistic).
+PARAM_CASES = {"prefill": {"seq": None}, "decode": {"seq": 1, "past": None}}
+
+
+def make_param_case(model, size, kind, params):
+    seq = params["seq"]
+    past = params.get("past", 0)
+    if seq < 1 or past < 0 or past + seq > SIZES[size]["max_pos"]:
+        raise ValueError(f"case {kind}: need seq >= 1, past >= 0 and past + seq <= {SIZES[size]['max_pos']}, "
+                         f"got seq={seq}, past={past}")
+    inputs = _inputs(size, seq=seq, past=0, seed=3)
+    if past > 0:
+        prev = run(model, size, _inputs(size, seq=past, past=0, seed=2))
+        for name, out in zip(input_names(size)[1:], output_names(size)[1:]):
+            inputs[name] = prev[out]
+    return inputs, run(model, size, inputs)
