@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 namespace kiln {
 
 namespace {
+// Ops whose output is their first input with another shape: executed as views, never copied.
+bool is_view_op(const std::string& op) {
+  return op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten" || op == "Identity";
+}
+
 size_t aligned_size(const TensorDesc& d) {
   const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
   return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
@@ -42,12 +48,51 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
     max_out = std::max(max_out, step.outputs.size());
   }
   for (int v : plan->outputs) ctx->last_use_[v] = static_cast<int>(ns);
+  // Reshape-like steps produce a view of their input instead of a copy. The viewed buffer (the
+  // alias root) must then live as long as its last view is read.
+  ctx->alias_root_.assign(nv, -1);
+  ctx->view_step_.assign(ns, 0);
+  for (size_t s = 0; s < ns; ++s) {
+    const PlanStep& step = plan->steps[s];
+    if (!is_view_op(step.op_type) || step.outputs.size() != 1 || step.inputs.empty() || step.inputs[0] < 0) continue;
+    const int in = step.inputs[0];
+    ctx->alias_root_[step.outputs[0]] = ctx->alias_root_[in] >= 0 ? ctx->alias_root_[in] : in;
+    ctx->view_step_[s] = 1;
+  }
+  for (size_t v = 0; v < nv; ++v)
+    if (const int root = ctx->alias_root_[v]; root >= 0 && ctx->last_use_[v] >= 0)
+      ctx->last_use_[root] = std::max(ctx->last_use_[root], ctx->last_use_[v]);
   for (size_t c = 0; c < plan->values.size(); ++c)
     if (plan->values[c].constant >= 0) ctx->views_[c] = plan->constants[plan->values[c].constant].view();
+  // Pairs of input dims that share a dim_param name, each checked against the first occurrence.
+  std::map<std::string, std::pair<int, int>> first;
+  for (size_t i = 0; i < plan->inputs.size(); ++i) {
+    const PlanValue& pv = plan->values[plan->inputs[i]];
+    for (size_t d = 0; d < pv.dim_names.size() && d < pv.dims.size(); ++d) {
+      if (pv.dim_names[d].empty() || pv.dims[d] >= 0) continue;
+      auto [it, fresh] = first.emplace(pv.dim_names[d], std::make_pair(static_cast<int>(i), static_cast<int>(d)));
+      if (!fresh) ctx->shared_dims_.push_back({it->second.first, it->second.second, static_cast<int>(i), static_cast<int>(d)});
+    }
+  }
   ctx->in_scratch_.resize(max_in);
   ctx->out_scratch_.resize(max_out);
   ctx->desc_scratch_.resize(max_out);
   return ctx;
+}
+
+// Inputs that share a dim name (a dim_param such as "cached_seq") must agree on it; each input's
+// own range check cannot see that. Checked whenever input shapes change.
+Status ExecutionContext::check_named_dims() const {
+  for (const auto& [a, da, b, db] : shared_dims_) {
+    const int64_t va = views_[plan_->inputs[a]].shape[da], vb = views_[plan_->inputs[b]].shape[db];
+    if (va != vb) {
+      const PlanValue& pa = plan_->values[plan_->inputs[a]];
+      const PlanValue& pb = plan_->values[plan_->inputs[b]];
+      return InvalidArgument("input '" + pb.name + "' dim " + std::to_string(db) + " ('" + pb.dim_names[db] + "') is " + std::to_string(vb) +
+                             " but input '" + pa.name + "' dim " + std::to_string(da) + " binds '" + pa.dim_names[da] + "' to " + std::to_string(va));
+    }
+  }
+  return Status::Ok();
 }
 
 Status ExecutionContext::set_input(const std::string& name, const TensorView& view) {
@@ -98,6 +143,12 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   auto where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; };
   Status st = kernel.infer(in, desc);
   if (!st.ok()) return st.with_context(where());
+  if (view_step_[s] && !bound_outputs_[step.outputs[0]].present()) {
+    const int v = step.outputs[0];
+    views_[v] = TensorView{in[0].data, desc[0].dtype, desc[0].shape};
+    planned_[v] = desc[0];
+    return Status::Ok();
+  }
   bool shapes_changed = !prepared_[s];
   for (size_t o = 0; o < no; ++o) {
     const int v = step.outputs[o];
@@ -145,6 +196,7 @@ Status ExecutionContext::run() {
   for (size_t i = 0; same_inputs && i < plan_->inputs.size(); ++i)
     same_inputs = planned_input_shapes_[i] == views_[plan_->inputs[i]].shape;
   if (!same_inputs) {
+    KILN_RETURN_IF_ERROR(check_named_dims());
     arena_valid_ = false;
     std::fill(prepared_.begin(), prepared_.end(), false);
   }
@@ -221,6 +273,7 @@ void ExecutionContext::plan_arena() {
   std::vector<Item> items;
   for (size_t s = 0; s < plan_->steps.size(); ++s)
     for (int v : plan_->steps[s].outputs) {
+      if (alias_root_[v] >= 0) continue;  // a view: lives in its root's buffer
       const int end = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
       items.push_back(Item{v, static_cast<int>(s), end, aligned_size(planned_[v])});
     }

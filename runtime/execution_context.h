@@ -55,6 +55,7 @@ class ExecutionContext {
   Status run_step(size_t s, bool use_arena);
   void plan_arena();
   void release_dead_buffers(size_t s);
+  Status check_named_dims() const;
 
   std::shared_ptr<const Plan> plan_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
@@ -68,6 +69,10 @@ class ExecutionContext {
   std::vector<Shape> planned_input_shapes_;
   std::vector<bool> prepared_;               // per step: prepared for the current shapes
   std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
+  std::vector<int> alias_root_;              // per value: the value whose buffer it views, or -1
+  std::vector<char> view_step_;              // per step: executed as a view (Reshape & co.)
+  struct SharedDim { int input_a, dim_a, input_b, dim_b; };
+  std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
   std::shared_ptr<void> arena_;
   size_t arena_bytes_ = 0;
   bool arena_valid_ = false;
