@@ -209,3 +209,38 @@ TEST(ExecutionContext, PrepareForProfileNeedsRanges) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Reshape and Unsqueeze are views: the arena holds only the Relu output, and the outputs are right.
+TEST(ExecutionContext, ReshapeLikeStepsAreViewsNotCopies) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{4}, int64_t{6}});
+  b.initializer("shape", {3, 8}, {2}).initializer("axes", {0}, {1});
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Reshape", {"r", "shape"}, {"rs"});
+  b.node("Unsqueeze", {"rs", "axes"}, {"y"});
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok());
+  BuildOptions opts;
+  opts.disabled_passes = {"constant_folding"};
+  auto plan = build_plan(*g, opts);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{4, 6});
+  for (int i = 0; i < 24; ++i) x.as<float>()[i] = static_cast<float>(i % 5) - 2.0f;
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  for (int rep = 0; rep < 2; ++rep) {
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView& y = (*ctx)->output(0);
+    EXPECT_EQ(y.shape, (Shape{1, 3, 8}));
+    for (int i = 0; i < 24; ++i) EXPECT_EQ(y.as<float>()[i], std::max(0.0f, x.as<float>()[i]));
+  }
+  EXPECT_EQ((*ctx)->arena_bytes(), 128u);  // 24 floats rounded up to 64 bytes: one buffer, not three
+}
+
+}  // namespace
+}  // namespace kiln
