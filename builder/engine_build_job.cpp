@@ -24,10 +24,11 @@ std::string megabytes(uint64_t bytes) {
   return buf;
 }
 
-// The model file plus the external-data files next to it that its initializers may use.
-uint64_t model_size_on_disk(const std::string& path) {
+StatusOr<uint64_t> model_size_on_disk(const std::string& path) {
   std::error_code ec;
-  return std::filesystem::file_size(path, ec);
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return IoError("cannot open model '" + path + "': " + ec.message());
+  return size;
 }
 
 }  // namespace
@@ -42,7 +43,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   if (!cfg.plugin_libraries.empty()) return Unimplemented("plugins.load is not implemented yet");
 
   auto t0 = std::chrono::steady_clock::now();
-  result.model_bytes = model_size_on_disk(cfg.model);
+  KILN_ASSIGN_OR_RETURN(result.model_bytes, model_size_on_disk(cfg.model));
   progress("parsing " + cfg.model + " (" + megabytes(result.model_bytes) + ")");
   KILN_ASSIGN_OR_RETURN(Graph graph, import_onnx_file(cfg.model));
   progress("parsed: " + std::to_string(graph.nodes.size()) + " nodes, " + std::to_string(graph.inputs.size()) + " inputs, opset " +

@@ -20,6 +20,7 @@ struct ProfileCheck {
   double max_abs_diff = 0;             // loaded engine vs in-memory plan
   bool benchmarked = false;
   BenchmarkResult bench;
+  double first_run_ms = 0;             // first run of a context prepared for the profile
   std::map<std::string, Shape> opt_shapes;
 };
 

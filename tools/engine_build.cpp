@@ -11,6 +11,7 @@
 #include "builder/engine_build_job.h"
 #include "profiles/engine_check.h"
 #include "runtime/engine.h"
+#include "tools/omp_wait_policy.h"
 
 namespace kiln {
 namespace {
@@ -61,13 +62,13 @@ void progress(const std::string& line) {
 }
 
 void print_table(const std::vector<ProfileCheck>& checks) {
-  std::printf("\n%-14s %6s %10s %10s %10s %10s %10s %10s  %s\n", "profile", "iters", "p50 ms", "p90 ms", "p99 ms", "max ms",
-              "mean ms", "budget ms", "p99 within budget");
+  std::printf("\n%-14s %6s %10s %10s %10s %10s %10s %10s %10s  %s\n", "profile", "iters", "first ms", "p50 ms", "p90 ms", "p99 ms",
+              "max ms", "mean ms", "budget ms", "p99 within budget");
   for (const auto& c : checks) {
     if (!c.benchmarked) continue;
     const auto& l = c.bench.latency;
-    std::printf("%-14s %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.1f  %s (%d of %d runs over budget)\n", c.profile.c_str(), l.iterations,
-                l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.mean_ms, c.bench.budget_ms, c.bench.within_budget ? "YES" : "NO",
+    std::printf("%-14s %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.1f  %s (%d of %d runs over budget)\n", c.profile.c_str(),
+                l.iterations, c.first_run_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.mean_ms, c.bench.budget_ms, c.bench.within_budget ? "YES" : "NO",
                 c.bench.deadline_misses, l.iterations);
   }
 }
@@ -103,6 +104,7 @@ Status run(const Args& args) {
 }  // namespace kiln
 
 int main(int argc, char** argv) {
+  kiln::use_passive_omp_wait_policy(argv);
   try {
     auto args = kiln::parse_args(argc, argv);
     if (!args.ok()) {

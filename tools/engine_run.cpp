@@ -21,6 +21,7 @@
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "tools/npy_io.h"
+#include "tools/omp_wait_policy.h"
 
 namespace kiln {
 namespace {
@@ -243,6 +244,7 @@ Status run_context(ExecutionContext& c, const Args& args) {
 }  // namespace kiln
 
 int main(int argc, char** argv) {
+  kiln::use_passive_omp_wait_policy(argv);
   try {
     auto args = kiln::parse_args(argc, argv);
     if (!args.ok()) {
