@@ -91,7 +91,11 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
     for (const auto& [point, label] : points) {
       auto shapes = bp.profile.shapes_at(point);
       bool dup = false;
-      for (const auto& s : seen) dup |= s == shapes;
+      for (size_t i = 0; i < seen.size(); ++i)
+        if (seen[i] == shapes) {
+          pc.points[i] += std::string("=") + label;  // e.g. "opt=max": the same shapes, run once
+          dup = true;
+        }
       if (dup) continue;
       seen.push_back(shapes);
       progress(where + ": validating the loaded engine at " + label + " shapes");
@@ -102,12 +106,12 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
       }
       KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, " + label + ")"));
       KILN_RETURN_IF_ERROR(in_memory->run().with_context(where + " (built plan, " + label + ")"));
+      pc.points.push_back(label);
       for (size_t o = 0; o < loaded->num_outputs(); ++o) {
         KILN_ASSIGN_OR_RETURN(double d, max_abs_diff(loaded->output(o), in_memory->output(o),
                                                      where + " output '" + loaded->output_name(o) + "' at " + label));
         pc.max_abs_diff = std::max(pc.max_abs_diff, d);
       }
-      pc.points.push_back(label);
     }
     // Same kernels, same inputs: a difference means the engine file did not round-trip.
     if (pc.max_abs_diff > 1e-5)
