@@ -33,6 +33,8 @@ StatusOr<Attribute> attr_from_proto(const engine::Attr& a, const std::string& wh
         if (d < 0 || d > (int64_t{1} << 32)) return InvalidArgument(where + ": attribute '" + a.name() + "' has an invalid dim");
         s.push_back(d);
       }
+      auto bytes = checked_nbytes(dt, s, where + ": attribute '" + a.name() + "'");
+      if (!bytes.ok() || *bytes != t.data().size()) return InvalidArgument(where + ": attribute '" + a.name() + "' tensor size mismatch");
       Tensor tensor = Tensor::zeros(dt, s);
       if (tensor.nbytes() != t.data().size()) return InvalidArgument(where + ": attribute '" + a.name() + "' tensor size mismatch");
       if (tensor.nbytes()) std::memcpy(tensor.data(), t.data().data(), tensor.nbytes());
@@ -92,8 +94,8 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
     if (!dtype_is_known(dt)) return fail(name, what + " has unknown dtype " + std::to_string(w.dtype()));
     auto shape = checked_shape(w.dims(), what);
     if (!shape.ok()) return fail(name, shape.status().message());
-    const uint64_t numel = static_cast<uint64_t>(shape->numel());
-    if (numel > h.weights_size || numel * dtype_size(dt) != w.nbytes()) return fail(name, what + " size does not match its shape " + shape->str());
+    auto bytes = checked_nbytes(dt, *shape, what);
+    if (!bytes.ok() || *bytes != w.nbytes()) return fail(name, what + " size does not match its shape " + shape->str());
     if (w.offset() % kWeightAlignment || w.offset() > h.weights_size || w.nbytes() > h.weights_size - w.offset())
       return fail(name, what + " lies outside the weights section or is misaligned");
     weights.push_back(Tensor::borrow(const_cast<char*>(blob + w.offset()), dt, *shape, image));

@@ -166,11 +166,15 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
       if (use_arena) arena_valid_ = false;
       Tensor& buf = heap_buffers_[v];
       if (buf.empty() || buf.dtype() != desc[o].dtype || buf.shape() != desc[o].shape) {
-        if (buf.empty() || buf.nbytes() < static_cast<size_t>(desc[o].shape.numel()) * dtype_size(desc[o].dtype) ||
-            buf.dtype() != desc[o].dtype)
-          buf = Tensor::zeros(desc[o].dtype, desc[o].shape);
-        else
+        auto bytes = checked_nbytes(desc[o].dtype, desc[o].shape, where() + " output " + std::to_string(o));
+        if (!bytes.ok()) return bytes.status();
+        if (buf.empty() || buf.nbytes() < *bytes || buf.dtype() != desc[o].dtype) {
+          auto fresh = Tensor::try_zeros(desc[o].dtype, desc[o].shape, where() + " output " + std::to_string(o));
+          if (!fresh.ok()) return fresh.status();
+          buf = std::move(fresh).value();
+        } else {
           buf = buf.reshaped(desc[o].shape);
+        }
       }
       views_[v] = buf.view();
       heap_in_use_.push_back(v);
@@ -300,7 +304,9 @@ void ExecutionContext::plan_arena() {
     placed.push_back(idx);
   }
   if (total > arena_bytes_ || !arena_) {
-    arena_ = aligned_alloc_shared(total);
+    auto arena = aligned_alloc_shared(total);
+    if (!arena) return;  // stays unplanned: the next run uses per-value buffers again
+    arena_ = std::move(arena);
     arena_bytes_ = total;
   }
   arena_valid_ = true;

@@ -44,6 +44,15 @@ class Shape {
     for (int i = 0; i < rank_; ++i) n *= dims_[i];
     return n;
   }
+  // numel() that detects overflow and negative dims: false when the product does not fit int64.
+  bool checked_numel(int64_t* out) const {
+    int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) {
+      if (dims_[i] < 0 || __builtin_mul_overflow(n, dims_[i], &n)) return false;
+    }
+    *out = n;
+    return true;
+  }
   // Product of dims in [from, to).
   int64_t numel(int from, int to) const {
     int64_t n = 1;

@@ -43,6 +43,27 @@ Tensor Tensor::zeros(DType dtype, const Shape& shape) {
   return t;
 }
 
+StatusOr<uint64_t> checked_nbytes(DType dtype, const Shape& shape, const std::string& what) {
+  int64_t n = 0;
+  uint64_t bytes = 0;
+  if (!shape.checked_numel(&n) || __builtin_mul_overflow(static_cast<uint64_t>(n), dtype_size(dtype), &bytes) ||
+      bytes > kMaxTensorBytes)
+    return OutOfRange(what + ": shape " + shape.str() + " of " + dtype_name(dtype) + " is too large to allocate");
+  return bytes;
+}
+
+StatusOr<Tensor> Tensor::try_zeros(DType dtype, const Shape& shape, const std::string& what) {
+  KILN_ASSIGN_OR_RETURN(uint64_t bytes, checked_nbytes(dtype, shape, what));
+  Tensor t;
+  auto mem = aligned_alloc_shared(bytes);
+  if (!mem) return OutOfRange(what + ": cannot allocate " + std::to_string(bytes) + " bytes for shape " + shape.str());
+  t.view_.data = mem.get();
+  t.storage_ = std::move(mem);
+  t.view_.dtype = dtype;
+  t.view_.shape = shape;
+  return t;
+}
+
 Tensor Tensor::borrow(void* data, DType dtype, const Shape& shape, std::shared_ptr<const void> keepalive) {
   Tensor t;
   t.view_.data = data;

@@ -37,6 +37,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-filled, 64-byte aligned storage.
   static Tensor zeros(DType dtype, const Shape& shape);
+  // Like zeros(), but fails cleanly (naming `what`) when the size overflows, exceeds
+  // kMaxTensorBytes, or the allocation fails, instead of returning a tensor without memory.
+  static StatusOr<Tensor> try_zeros(DType dtype, const Shape& shape, const std::string& what);
   // Wraps memory owned elsewhere (an mmap'd weight blob); `keepalive` holds the owner.
   static Tensor borrow(void* data, DType dtype, const Shape& shape, std::shared_ptr<const void> keepalive);
   // Deep copy of a view.
@@ -79,6 +82,10 @@ StatusOr<std::vector<int64_t>> read_int_vector(const TensorView& v, const std::s
 
 // Aligned allocation helpers shared by the tensor and the activation arena.
 constexpr size_t kTensorAlignment = 64;
+// No single tensor may exceed this (a corrupted or hostile shape must not exhaust memory).
+constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 36;  // 64 GiB
+// Byte size of a (dtype, shape), or an error naming `what` when it overflows or exceeds the limit.
+StatusOr<uint64_t> checked_nbytes(DType dtype, const Shape& shape, const std::string& what);
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes);
 
 }  // namespace kiln
