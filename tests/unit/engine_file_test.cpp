@@ -406,6 +406,36 @@ TEST(EngineFile, LoadFileErrors) {
   EXPECT_TRUE(contains(s.status().message(), "truncated")) << s.status().message();
 }
 
+// A data-dependent output too big to allocate must be an error from run(), not a crash.
+TEST(EngineFile, RunNeedingAnImpossibleAllocationFailsCleanly) {
+  GTEST_SKIP() << "BUG: runtime/execution_context.cpp ExecutionContext::run_step() does not check that "
+                  "Tensor::zeros() got memory (aligned_alloc_shared returns nullptr for 2^60 floats); "
+                  "ConstantOfShape with shape input [2^30, 2^30] then segfaults writing to the null buffer";
+  OnnxModelBuilder b;
+  b.input("shape", DType::kInt64, {int64_t{2}});
+  b.node("ConstantOfShape", {"shape"}, {"y"}, "fill");
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto rp = resolve_profile(*g, ProfileConfig{"only", {}, {}, 0});
+  ASSERT_TRUE(rp.ok()) << rp.status().message();
+  auto plan = build_profile_plan(*g, *rp, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EngineWriteInput in;
+  in.plans = {*plan};
+  auto bytes = serialize_engine(in);
+  ASSERT_TRUE(bytes.ok());
+  auto e = Engine::load_memory(bytes->data(), bytes->size());
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  auto ctx = (*e)->create_context("only");
+  ASSERT_TRUE(ctx.ok()) << ctx.status().message();
+  Tensor shape = Tensor::from_vector<int64_t>({int64_t{1} << 30, int64_t{1} << 30}, Shape{2});
+  ASSERT_TRUE((*ctx)->set_input("shape", shape.view()).ok());
+  Status st = (*ctx)->run();
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(contains(st.message(), "fill")) << st.message();
+}
+
 // ---- corrupted files -----------------------------------------------------------------------------
 
 // Loads `bytes`, and if that works, runs every profile at its opt shape (the result may be an error;
@@ -794,6 +824,25 @@ TEST(EngineCorrupt, WeightWhoseElementCountOverflowsFails) {
   w2->add_dims(4);
   w2->set_nbytes(0);
   expect_load_fails(with_meta(m2), "", "weight dims [2^62, 4], nbytes 0");
+}
+
+// The same overflow on the weight a MatMul reads: [64, 2^58] "matches" nbytes 0, so the kernel
+// is handed a 0-byte weight and an output whose allocation cannot succeed.
+TEST(EngineCorrupt, OverflowingWeightDimsDoNotCrashAtRun) {
+  GTEST_SKIP() << "BUG: runtime/engine.cpp load_engine_image() accepts weight dims [64, 2^58] with nbytes 0 "
+                  "(Shape::numel() wraps to 0); with the steps' impl set to 'reference' the run then segfaults "
+                  "in MatMulKernel::run (memset of the unallocated [B, 2^58] output)";
+  engine::EngineMeta m = parsed_meta();
+  for (auto& w : *m.mutable_weights())
+    if (w.nbytes() == uint64_t{kIn * kHidden * 4}) {
+      w.clear_dims();
+      w.add_dims(kIn);
+      w.add_dims(int64_t{1} << 58);
+      w.set_nbytes(0);
+    }
+  for (auto& p : *m.mutable_profiles())
+    for (auto& s : *p.mutable_steps()) s.set_impl("reference");
+  EXPECT_FALSE(load_and_run(with_meta(m)).ok());
 }
 
 // A graph input's dtype is part of the binding the caller sees: an unknown code must be rejected like
