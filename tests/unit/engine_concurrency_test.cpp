@@ -13,7 +13,6 @@
 #include "builder/profile_builder.h"
 #include "onnx_model_builder.h"
 #include "runtime/engine.h"
-#include "runtime/engine_format.h"
 
 namespace kiln {
 namespace {
