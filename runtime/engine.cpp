@@ -114,6 +114,8 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
       PlanValue pv;
       pv.name = v.name();
       pv.dtype = static_cast<DType>(v.dtype());
+      if (pv.dtype != DType::kUndefined && !dtype_is_known(pv.dtype))
+        return fail(name, where + ": value '" + v.name() + "' has unknown dtype " + std::to_string(v.dtype()));
       if (v.weight() >= 0) {
         if (v.weight() >= static_cast<int>(weights.size())) return fail(name, where + ": value '" + v.name() + "' refers to missing weight " + std::to_string(v.weight()));
         pv.constant = static_cast<int>(plan->constants.size());
@@ -153,6 +155,8 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
     }
     for (int v : pp.inputs()) {
       if (!valid_value(v, false)) return fail(name, where + ": input index " + std::to_string(v) + " is out of range");
+      if (!dtype_is_known(plan->values[v].dtype))
+        return fail(name, where + ": input value dtype " + std::to_string(static_cast<int>(plan->values[v].dtype)) + " is not a known dtype");
       plan->inputs.push_back(v);
     }
     for (int v : pp.outputs()) {

@@ -14,7 +14,8 @@ enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kUnimplemented, kO
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // Messages are one line: newlines in quoted names (a node called "a\nb") are escaped.
+  Status(StatusCode code, std::string message) : code_(code), message_(one_line(std::move(message))) {}
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
@@ -25,6 +26,12 @@ class [[nodiscard]] Status {
   Status with_context(const std::string& context) const {
     if (ok()) return *this;
     return Status(code_, context + ": " + message_);
+  }
+
+  static std::string one_line(std::string m) {
+    for (size_t i = 0; i < m.size(); ++i)
+      if (m[i] == '\n' || m[i] == '\r') m.replace(i, 1, m[i] == '\n' ? "\\n" : "\\r");
+    return m;
   }
 
  private:

@@ -348,7 +348,10 @@ bool symbolic_rule(Graph& g, Node& n) {
 // when it rejects the shapes; OK when it inferred them or could not be asked.
 Status kernel_rule(Graph& g, Node& n) {
   if (!n.domain.empty()) return Status::Ok();
-  const bool independent = kDataIndependent.count(n.op_type) > 0;
+  // Broadcasting and unary ops never read input data to infer shapes (CumSum, Trilu and Clip have
+  // scalar inputs their kernels may read, so they stay out).
+  const bool independent = kDataIndependent.count(n.op_type) > 0 || kBroadcast.count(n.op_type) > 0 ||
+                           (kSameShape.count(n.op_type) > 0 && n.op_type != "CumSum" && n.op_type != "Trilu" && n.op_type != "Clip");
   const bool after_first = kShapeInputsAfterFirst.count(n.op_type) > 0;
   std::vector<TensorView> views;
   for (size_t i = 0; i < n.inputs.size(); ++i) {

@@ -6,7 +6,7 @@
 //   keys   = Concat(cache[C, 8], k[N, 8], axis 0)      -> [C+N, 8]
 //   scores = MatMul(q[N, 8], Transpose(keys))           -> [N, C+N]
 //   y      = Where(mask[N, T], scores, -1e9)            -> requires T == C+N (T > 1)
-// and, in the variant with values,
+// and, in the variant with values (no Where, the mask input is unused),
 //   out    = MatMul(scores, vals[T, 8])                 -> requires T == C+N
 #include <gtest/gtest.h>
 
@@ -34,9 +34,10 @@ Graph attention_graph(bool with_values = false) {
   OnnxModelBuilder::int_attr(b.node("Concat", {"cache", "k"}, {"keys"}, "concat_keys"), "axis", 0);
   b.node("Transpose", {"keys"}, {"keys_t"}, "transpose_keys");
   b.node("MatMul", {"q", "keys_t"}, {"scores"}, "qk_matmul");
-  b.node("Where", {"mask", "scores", "neg"}, {"y"}, "mask_where");
-  b.output("y");
-  if (with_values) {
+  if (!with_values) {
+    b.node("Where", {"mask", "scores", "neg"}, {"y"}, "mask_where");
+    b.output("y");
+  } else {
     b.input("vals", DType::kFloat32, {std::string("T"), int64_t{8}});
     b.node("MatMul", {"scores", "vals"}, {"out"}, "av_matmul");
     b.output("out");
