@@ -6,6 +6,7 @@
 #include <set>
 
 #include "builder/passes/pass.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -344,10 +345,33 @@ bool symbolic_rule(Graph& g, Node& n) {
   return false;
 }
 
+// A custom-domain node is a plugin: PluginBuild::infer gives its outputs once every input's dtype
+// and shape are concrete. Unregistered plugins and bad fields are reported when the plan is built.
+Status plugin_rule(Graph& g, Node& n) {
+  std::vector<TensorDesc> inputs;
+  for (int v : n.inputs) {
+    if (v < 0) { inputs.emplace_back(); continue; }
+    const Value& val = g.values[v];
+    if (val.is_constant()) { inputs.push_back(val.constant.view().desc()); continue; }
+    if (!val.shape || !sym_shape_concrete(*val.shape) || !dtype_is_known(val.dtype)) return Status::Ok();
+    inputs.push_back(TensorDesc{val.dtype, to_shape(*val.shape)});
+  }
+  const PluginEntry* entry = PluginRegistry::global().find(n.domain, n.op_type);
+  if (!entry) return Status::Ok();
+  auto build = entry->creator->create(n.attrs);
+  if (!build.ok() || !build.value()) return Status::Ok();
+  std::vector<TensorDesc> descs(n.outputs.size());
+  Status st = build.value()->infer(inputs, descs);
+  if (!st.ok()) return st.with_context(g.describe_node(n) + " (plugin " + entry->id() + ")");
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, from_shape(descs[o].shape));
+  return Status::Ok();
+}
+
 // Generic inference by the kernel itself, for concrete input shapes. Returns the kernel's error
 // when it rejects the shapes; OK when it inferred them or could not be asked.
 Status kernel_rule(Graph& g, Node& n) {
-  if (!n.domain.empty()) return Status::Ok();
+  if (!n.domain.empty()) return plugin_rule(g, n);
   const bool independent = kDataIndependent.count(n.op_type) > 0;
   const bool after_first = kShapeInputsAfterFirst.count(n.op_type) > 0;
   std::vector<TensorView> views;
