@@ -36,6 +36,8 @@ class PluginRegistry {
 
   // dlopens a plugin library and registers its creators. Loading an already loaded path (after
   // resolving it to an absolute, canonical path) is a no-op. Errors are one line naming the path.
+  // The registry lock is held meanwhile: a library's static initializers must not call into it
+  // (registration goes through the returned table only).
   Status load_library(const std::string& path);
 
   // Absolute paths of the libraries loaded so far, in load order.
