@@ -1,5 +1,7 @@
 #include "builder/build_plan.h"
 
+#include "plugins/plugin_kernel.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -43,6 +45,47 @@ Status specialize_inputs(Graph& g, const std::map<std::string, Shape>& shapes) {
   return Status::Ok();
 }
 
+// A node of a custom domain becomes a plugin step: its attributes are the plugin's fields, checked
+// by creating the plugin; the step saves the fields the plugin reports (defaults included) and the
+// version it resolved to, so the engine recreates exactly this plugin.
+static Status lower_plugin_node(const Graph& g, const Node& n, PlanStep& step) {
+  const PluginEntry* entry = PluginRegistry::global().find(n.domain, n.op_type);
+  if (!entry)
+    return Unimplemented(g.describe_node(n) + ": no plugin is registered for custom op '" + n.domain + "::" + n.op_type +
+                         "'; load its library with plugins: {load: [...]}");
+  const std::string where = g.describe_node(n) + " (plugin " + entry->id() + " from " + entry->library + ")";
+  auto build = entry->creator->create(n.attrs);
+  if (!build.ok()) return build.status().with_context(where);
+  if (!build.value()) return Internal(where + ": creator returned no plugin");
+  const PluginBuild& pb = *build.value();
+  if (pb.num_outputs() < static_cast<int>(n.outputs.size()))
+    return InvalidArgument(where + ": the node has " + std::to_string(n.outputs.size()) + " outputs but the plugin produces " +
+                           std::to_string(pb.num_outputs()));
+  std::vector<DType> dtypes;
+  std::vector<TensorDesc> descs;
+  bool all_known = true, all_concrete = true;
+  for (int i : n.inputs) {
+    const Value* v = i >= 0 ? &g.values[i] : nullptr;
+    dtypes.push_back(v ? v->dtype : DType::kUndefined);
+    if (v && !dtype_is_known(v->dtype)) all_known = false;
+    if (v && (!v->shape || !sym_shape_concrete(*v->shape))) all_concrete = false;
+    descs.push_back(v && all_concrete ? TensorDesc{v->dtype, to_shape(*v->shape)} : TensorDesc{});
+  }
+  if (all_known && !pb.supports(dtypes)) {
+    std::string list;
+    for (DType d : dtypes) list += (list.empty() ? "" : ", ") + (d == DType::kUndefined ? std::string("absent") : dtype_name(d));
+    return Unimplemented(where + ": the plugin does not support input dtypes (" + list + ")");
+  }
+  // Shapes fixed at build time are checked now rather than at the first run.
+  if (all_known && all_concrete) {
+    std::vector<TensorDesc> outs(static_cast<size_t>(pb.num_outputs()));
+    KILN_RETURN_IF_ERROR(pb.infer(descs, outs).with_context(where));
+  }
+  step.attrs = pb.fields();
+  step.impl = plugin_impl_for_version(entry->version);
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
   auto plan = std::make_shared<Plan>();
   plan->opset = g.opset;
@@ -77,14 +120,13 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
   const KernelRegistry& reg = KernelRegistry::builtin();
   for (const auto& n : g.nodes) {
     if (n.removed) continue;
-    if (!n.domain.empty())
-      return Unimplemented(g.describe_node(n) + ": no plugin is registered for custom op '" + n.domain + "::" + n.op_type + "'");
-    if (!reg.supports(n.op_type)) return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
+    if (n.domain.empty() && !reg.supports(n.op_type)) return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
     PlanStep step;
     step.name = n.name;
     step.op_type = n.op_type;
     step.domain = n.domain;
     step.attrs = n.attrs;
+    if (!n.domain.empty()) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
     step.replaced_nodes = n.replaced_nodes;
     for (int i : n.inputs) step.inputs.push_back(map_value(i));
     for (int o : n.outputs) step.outputs.push_back(map_value(o));

@@ -3,9 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "builder/build_plan.h"
 #include "builder/engine_writer.h"
 #include "builder/onnx_importer.h"
+#include "plugins/plugin_kernel.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/engine_format.h"
 
 namespace kiln {
@@ -31,6 +35,66 @@ StatusOr<uint64_t> model_size_on_disk(const std::string& path) {
   return size;
 }
 
+// Input dtypes and shapes of every plugin node, by node name, with the graph specialized at one
+// point of the profile; an input whose shape is not concrete there is left out (nullopt).
+using PluginInputs = std::map<std::string, std::vector<std::optional<TensorDesc>>>;
+StatusOr<PluginInputs> plugin_inputs_at(const Graph& graph, const ResolvedProfile& rp, ResolvedProfile::Point point,
+                                        const std::set<std::string>& disabled) {
+  Graph copy = graph;
+  KILN_RETURN_IF_ERROR(specialize_inputs(copy, rp.shapes_at(point)));
+  PassContext ctx;
+  ctx.disabled = disabled;
+  KILN_RETURN_IF_ERROR(run_pass_pipeline(copy, ctx));
+  PluginInputs out;
+  for (const auto& n : copy.nodes) {
+    if (n.removed || n.domain.empty()) continue;
+    auto& descs = out[n.name];
+    for (int v : n.inputs) {
+      const Value* val = v >= 0 ? &copy.values[v] : nullptr;
+      if (!val) descs.emplace_back(TensorDesc{});
+      else if (val->is_constant()) descs.emplace_back(val->constant.view().desc());
+      else if (val->shape && sym_shape_concrete(*val->shape) && dtype_is_known(val->dtype)) descs.emplace_back(TensorDesc{val->dtype, to_shape(*val->shape)});
+      else descs.emplace_back(std::nullopt);
+    }
+  }
+  return out;
+}
+
+// PluginBuild::configure for each plugin step of a profile's plan with its inputs' min/opt/max,
+// taken from the graph specialized at the profile's min, opt and max. A plugin whose inputs are
+// not all concrete at the three points is not configured. The step then saves the fields the
+// configured plugin reports.
+Status configure_plugins(const Graph& graph, const ResolvedProfile& rp, const std::set<std::string>& disabled, Plan& plan) {
+  bool any = false;
+  for (const auto& step : plan.steps) any |= !step.domain.empty();
+  if (!any) return Status::Ok();
+  KILN_ASSIGN_OR_RETURN(PluginInputs at_min, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kMin, disabled));
+  KILN_ASSIGN_OR_RETURN(PluginInputs at_opt, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kOpt, disabled));
+  KILN_ASSIGN_OR_RETURN(PluginInputs at_max, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kMax, disabled));
+  for (auto& step : plan.steps) {
+    if (step.domain.empty() || !at_min.count(step.name) || !at_opt.count(step.name) || !at_max.count(step.name)) continue;
+    const auto &lo = at_min[step.name], &mid = at_opt[step.name], &hi = at_max[step.name];
+    if (lo.size() != step.inputs.size() || mid.size() != lo.size() || hi.size() != lo.size()) continue;
+    std::vector<PluginInputRange> ranges;
+    bool concrete = true;
+    for (size_t i = 0; i < lo.size() && concrete; ++i) {
+      concrete = lo[i] && mid[i] && hi[i] && lo[i]->dtype == hi[i]->dtype;
+      if (concrete) ranges.push_back(PluginInputRange{lo[i]->dtype, lo[i]->shape, mid[i]->shape, hi[i]->shape});
+    }
+    if (!concrete) continue;
+    KILN_ASSIGN_OR_RETURN(std::string version, plugin_version_from_impl(step));
+    const PluginEntry* entry = PluginRegistry::global().find(step.domain, step.op_type, version);
+    if (!entry) return Internal("node '" + step.name + "': plugin " + step.domain + "::" + step.op_type + " vanished from the registry");
+    const std::string where = "node '" + step.name + "' (plugin " + entry->id() + ")";
+    auto build = entry->creator->create(step.attrs);
+    if (!build.ok()) return build.status().with_context(where);
+    if (!build.value()) return Internal(where + ": creator returned no plugin");
+    KILN_RETURN_IF_ERROR(build.value()->configure(ranges).with_context(where + ": configure for profile '" + rp.name + "'"));
+    step.attrs = build.value()->fields();
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress) {
@@ -40,7 +104,15 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     return InvalidArgument("output '" + cfg.output + "' is the model file itself; refusing to overwrite it");
   if (cfg.precision != "fp32")
     return Unimplemented("precision '" + cfg.precision + "' is not implemented yet (fp32 only)");
-  if (!cfg.plugin_libraries.empty()) return Unimplemented("plugins.load is not implemented yet");
+
+  // Plugin libraries load before the import so the model's custom ops resolve; the engine records
+  // their absolute paths and loads them again wherever it is loaded.
+  std::vector<std::string> plugin_libraries;
+  for (const auto& lib : cfg.plugin_libraries) {
+    KILN_RETURN_IF_ERROR(PluginRegistry::global().load_library(lib).with_context(cfg.config_path + ": plugins.load"));
+    plugin_libraries.push_back(PluginRegistry::canonical_library_path(lib));
+    progress("loaded plugin library " + plugin_libraries.back());
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(result.model_bytes, model_size_on_disk(cfg.model));
@@ -67,6 +139,8 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     BuiltProfile bp;
     bp.profile = *resolved;
     KILN_ASSIGN_OR_RETURN(bp.plan, build_profile_plan(graph, *resolved, disabled, &bp.pass_log));
+    st = configure_plugins(graph, *resolved, disabled, *bp.plan);
+    if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
     progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));
     plans.push_back(bp.plan);
     result.profiles.push_back(std::move(bp));
@@ -76,6 +150,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   in.plans = plans;
   in.source_model = std::filesystem::path(cfg.model).filename().string();
   in.precision = cfg.precision;
+  in.plugin_libraries = plugin_libraries;
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that.
   in.required_cpu_features = kCpuAvx2 | kCpuFma;
   auto tw = std::chrono::steady_clock::now();

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "plugins/plugin_kernel.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
 
@@ -83,6 +85,12 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
   engine::EngineMeta meta;
   if (!meta.ParseFromArray(base + h.metadata_offset, static_cast<int>(h.metadata_size))) return fail(name, "metadata is not a valid EngineMeta protobuf");
 
+  // Plugin libraries first: the plans' plugin steps must find their creators.
+  for (const auto& lib : meta.plugin_libraries()) {
+    Status st = PluginRegistry::global().load_library(lib.path());
+    if (!st.ok()) return Status(st.code(), "engine '" + name + "' needs a plugin library it cannot load: " + st.message());
+  }
+
   // Weights: bounds, alignment and sizes, then borrowed views into the image (no copy).
   const char* blob = base + h.weights_offset;
   std::vector<Tensor> weights;
@@ -151,6 +159,14 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
         step.outputs.push_back(v);
       }
       step.replaced_nodes.assign(s.replaced_nodes().begin(), s.replaced_nodes().end());
+      if (!step.domain.empty()) {
+        auto version = plugin_version_from_impl(step);
+        if (!version.ok()) return fail(name, where + ": " + version.status().message());
+        if (!PluginRegistry::global().find(step.domain, step.op_type, *version))
+          return Status(StatusCode::kNotFound, "engine '" + name + "': " + where + ": step '" + step.name + "' uses plugin " + step.domain + "::" +
+                        step.op_type + "@" + (version->empty() ? "<any>" : *version) + ", which none of the engine's plugin libraries (" +
+                        std::to_string(meta.plugin_libraries_size()) + ") nor kiln's built-ins provide");
+      }
       plan->steps.push_back(std::move(step));
     }
     for (int v : pp.inputs()) {

@@ -5,11 +5,15 @@
 #include <cstring>
 #include <map>
 
+#include "plugins/plugin_kernel.h"
+
 namespace kiln {
 
 namespace {
 // Ops whose output is their first input with another shape: executed as views, never copied.
-bool is_view_op(const std::string& op) {
+bool is_view_op(const PlanStep& step) {
+  if (!step.domain.empty()) return false;  // a plugin may reuse a standard op's name
+  const std::string& op = step.op_type;
   return op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten" || op == "Identity";
 }
 
@@ -40,7 +44,8 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
     args.opset = plan->opset;
     args.num_inputs = static_cast<int>(step.inputs.size());
     args.num_outputs = static_cast<int>(step.outputs.size());
-    KILN_ASSIGN_OR_RETURN(auto kernel, registry.create(args, step.attrs, step.impl));
+    // Steps of a custom domain are plugins; the kernel registry holds only the default domain.
+    KILN_ASSIGN_OR_RETURN(auto kernel, step.domain.empty() ? registry.create(args, step.attrs, step.impl) : create_plugin_kernel(step));
     ctx->kernels_.push_back(std::move(kernel));
     for (int v : step.inputs)
       if (v >= 0) ctx->last_use_[v] = static_cast<int>(s);
@@ -54,7 +59,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   ctx->view_step_.assign(ns, 0);
   for (size_t s = 0; s < ns; ++s) {
     const PlanStep& step = plan->steps[s];
-    if (!is_view_op(step.op_type) || step.outputs.size() != 1 || step.inputs.empty() || step.inputs[0] < 0) continue;
+    if (!is_view_op(step) || step.outputs.size() != 1 || step.inputs.empty() || step.inputs[0] < 0) continue;
     const int in = step.inputs[0];
     ctx->alias_root_[step.outputs[0]] = ctx->alias_root_[in] >= 0 ? ctx->alias_root_[in] : in;
     ctx->view_step_[s] = 1;

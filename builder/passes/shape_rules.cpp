@@ -6,6 +6,7 @@
 #include <set>
 
 #include "builder/passes/pass.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -344,10 +345,39 @@ bool symbolic_rule(Graph& g, Node& n) {
   return false;
 }
 
+// A custom-domain node is a plugin: PluginBuild::infer gives its outputs once every input's dtype
+// and shape are concrete. With symbolic dims only the output dtypes are taken, from a probe with
+// each symbolic dim at 1 (a plugin that rejects the probe leaves them unknown until run time).
+// Unregistered plugins and bad fields are reported when the plan is built.
+Status plugin_rule(Graph& g, Node& n) {
+  std::vector<TensorDesc> inputs;
+  bool concrete = true;
+  for (int v : n.inputs) {
+    if (v < 0) { inputs.emplace_back(); continue; }
+    const Value& val = g.values[v];
+    if (val.is_constant()) { inputs.push_back(val.constant.view().desc()); continue; }
+    if (!val.shape || !dtype_is_known(val.dtype)) return Status::Ok();
+    Shape s;
+    for (const Dim& d : *val.shape) s.push_back(d.is_known() ? d.value : 1);
+    concrete &= sym_shape_concrete(*val.shape);
+    inputs.push_back(TensorDesc{val.dtype, s});
+  }
+  const PluginEntry* entry = PluginRegistry::global().find(n.domain, n.op_type);
+  if (!entry) return Status::Ok();
+  auto build = entry->creator->create(n.attrs);
+  if (!build.ok() || !build.value()) return Status::Ok();
+  std::vector<TensorDesc> descs(n.outputs.size());
+  Status st = build.value()->infer(inputs, descs);
+  if (!st.ok()) return concrete ? st.with_context(g.describe_node(n) + " (plugin " + entry->id() + ")") : Status::Ok();
+  for (size_t o = 0; o < n.outputs.size(); ++o)
+    if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, concrete ? std::optional<Dims>(from_shape(descs[o].shape)) : std::nullopt);
+  return Status::Ok();
+}
+
 // Generic inference by the kernel itself, for concrete input shapes. Returns the kernel's error
 // when it rejects the shapes; OK when it inferred them or could not be asked.
 Status kernel_rule(Graph& g, Node& n) {
-  if (!n.domain.empty()) return Status::Ok();
+  if (!n.domain.empty()) return plugin_rule(g, n);
   // Broadcasting and unary ops never read input data to infer shapes (CumSum, Trilu and Clip have
   // scalar inputs their kernels may read, so they stay out).
   const bool independent = kDataIndependent.count(n.op_type) > 0 || kBroadcast.count(n.op_type) > 0 ||

@@ -1,0 +1,18 @@
+// The ONE table of plugins built into kiln. Each entry returns a creator with static storage
+// duration; the registry does not own it.
+#include <initializer_list>
+
+#include "plugins/plugin_registry.h"
+
+namespace kiln {
+
+Status register_builtin_plugins(PluginRegistry& registry) {
+  using BuiltinCreatorFn = const PluginCreator& (*)();
+  // One line per built-in plugin (its creator function is declared in the plugin's own header).
+  // The kiln::Attention plugin (plugins/attention/, see CONTRACT.md) adds its line here.
+  const std::initializer_list<BuiltinCreatorFn> table = {};
+  for (BuiltinCreatorFn fn : table) KILN_RETURN_IF_ERROR(registry.add(&fn(), "builtin"));
+  return Status::Ok();
+}
+
+}  // namespace kiln
