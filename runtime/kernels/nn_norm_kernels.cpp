@@ -108,8 +108,10 @@ class LayerNormKernel final : public Kernel {
  public:
   LayerNormKernel(int64_t axis, float epsilon) : axis_attr_(axis), epsilon_(epsilon) {}
 
+  // Scale is required by the spec, but torch 1.13 exports LayerNorm without affine parameters as
+  // LayerNormalization(X, "", ""): an absent Scale means ones, an absent B zeros.
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
-    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 3));
+    KILN_RETURN_IF_ERROR(check_input_count(in, 1, 3));
     KILN_RETURN_IF_ERROR(check_same_float_dtype(in, 0, 3));
     for (size_t i = 1; i < in.size(); ++i)
       if (in[i].present() && in[i].dtype != in[0].dtype)
@@ -129,15 +131,16 @@ class LayerNormKernel final : public Kernel {
     float* mean_out = out.size() > 1 && out[1].present() ? out[1].as<float>() : nullptr;
     float* inv_out = out.size() > 2 && out[2].present() ? out[2].as<float>() : nullptr;
     const bool has_bias = in.size() > 2 && in[2].present();
+    const bool has_scale = in.size() > 1 && in[1].present();
     if (in[0].dtype == DType::kFloat32 && dense_params_) {
-      run_fast(in[0].as<float>(), in[1].as<float>(), has_bias ? in[2].as<float>() : nullptr, out[0].as<float>(),
-               mean_out, inv_out);
+      run_fast(in[0].as<float>(), has_scale ? in[1].as<float>() : nullptr, has_bias ? in[2].as<float>() : nullptr,
+               out[0].as<float>(), mean_out, inv_out);
       return Status::Ok();
     }
     return dispatch_float(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* x = in[0].as<T>();
-      const T* scale = in[1].as<T>();
+      const T* scale = has_scale ? in[1].as<T>() : nullptr;
       const T* bias = has_bias ? in[2].as<T>() : nullptr;
       T* y = out[0].as<T>();
 #pragma omp parallel for schedule(static) if (rows_ * cols_ > 16384)
@@ -151,7 +154,7 @@ class LayerNormKernel final : public Kernel {
         var = cols_ ? var / cols_ : 0.0;
         const double inv = 1.0 / std::sqrt(var + epsilon_);
         for (int64_t i = 0; i < cols_; ++i) {
-          const double v = (xr[i] - mean) * inv * scale[param_offset(i, scale_strides_)] +
+          const double v = (xr[i] - mean) * inv * (scale ? static_cast<double>(scale[param_offset(i, scale_strides_)]) : 1.0) +
                            (bias ? static_cast<double>(bias[param_offset(i, bias_strides_)]) : 0.0);
           yr[i] = static_cast<T>(v);
         }
@@ -185,7 +188,10 @@ class LayerNormKernel final : public Kernel {
       const double var = std::max(0.0, (cols ? ss / cols : 0.0) - ms * ms);
       const double inv = 1.0 / std::sqrt(var + eps);
       const float m = static_cast<float>(shift + ms), fi = static_cast<float>(inv);
-      if (bias) {
+      if (!scale) {
+#pragma omp simd
+        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi + (bias ? bias[i] : 0.0f);
+      } else if (bias) {
 #pragma omp simd
         for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi * scale[i] + bias[i];
       } else {

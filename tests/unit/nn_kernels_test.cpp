@@ -315,3 +315,22 @@ TEST(NnGridSample, ModesAndPadding) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// torch 1.13 writes LayerNorm without affine parameters as LayerNormalization(X, "", ""): the
+// absent Scale means ones. Expected values from numpy: (x - mean) / sqrt(var + 1e-5).
+TEST(LayerNormalization, AbsentScaleMeansOnes) {
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{2, 3, 4});
+  for (int i = 0; i < 24; ++i) x.as<float>()[i] = static_cast<float>(i % 5);
+  AttrMap attrs;
+  attrs["epsilon"] = Attribute::Float(1e-5f);
+  auto out = run_op_once("LayerNormalization", attrs, {x}, 1);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const float want[4] = {-1.3416355f, -0.44721183f, 0.44721183f, 1.3416355f};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR((*out)[0].as<float>()[i], want[i], 1e-5);
+}
+
+}  // namespace
+}  // namespace kiln
