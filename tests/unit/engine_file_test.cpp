@@ -841,6 +841,35 @@ TEST(EngineCorrupt, OverflowingWeightDimsDoNotCrashAtRun) {
   EXPECT_FALSE(load_and_run(with_meta(m)).ok());
 }
 
+// Found by the mutation fuzz under UBSan: the fixed profile's folded Reshape target [3, 8, 12] with
+// its first element turned into 2^62 + 3. The product (2^62 + 3) * 96 wraps to 288 in int64, the
+// input's element count, so the reshape must be rejected rather than produce a [2^62 + 3, 8, 12] view.
+TEST(EngineCorrupt, ReshapeTargetWhoseProductOverflowsFails) {
+  const engine::EngineMeta meta = parsed_meta();
+  const engine::Profile& fixed = meta.profiles(0);
+  int weight = -1;
+  for (const auto& v : fixed.values())
+    if (v.name() == "target") weight = v.weight();
+  ASSERT_GE(weight, 0) << "the reshape target did not fold in the fixed profile";
+  ASSERT_EQ(meta.weights(weight).nbytes(), 24u);
+  std::string weights = weights_bytes_of(fixture().bytes);
+  int64_t target[3];
+  std::memcpy(target, weights.data() + meta.weights(weight).offset(), sizeof target);
+  ASSERT_EQ(target[0], 3);
+  target[0] = (int64_t{1} << 62) + 3;
+  std::memcpy(weights.data() + meta.weights(weight).offset(), target, sizeof target);
+  const std::string file = assemble(meta_bytes_of(fixture().bytes), weights);
+  auto e = Engine::load_memory(file.data(), file.size(), "corrupt");
+  ASSERT_TRUE(e.ok()) << e.status().message();  // weights are data: the file itself is fine
+  auto ctx = (*e)->create_context("fixed");
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = input_x(3, 0.5f);
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  Status st = (*ctx)->run();
+  EXPECT_FALSE(st.ok()) << "Reshape accepted target [2^62 + 3, 8, 12] for 288 elements; output shape "
+                        << (*ctx)->output(0).shape.str();
+}
+
 // A graph input's dtype is part of the binding the caller sees: an unknown code must be rejected like
 // a weight's.
 TEST(EngineCorrupt, InputWithUnknownDtypeFails) {
