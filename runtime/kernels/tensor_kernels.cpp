@@ -88,7 +88,8 @@ Status reshape_target(const Shape& in, const TensorView& shape_in, bool allowzer
       return InvalidArgument("input 1 (shape) dim " + std::to_string(i) + " is " + std::to_string(d));
     }
     (*out)[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      return InvalidArgument("input 1 (shape) " + Shape(std::span<const int64_t>(dims, n)).str() + " has more elements than int64 can count");
   }
   if (infer_at >= 0) {
     if (known == 0 || in.numel() % known != 0)
