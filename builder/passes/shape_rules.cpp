@@ -381,9 +381,11 @@ Status kernel_rule(Graph& g, Node& n) {
   // Broadcasting and unary ops never read input data to infer shapes (CumSum, Trilu and Clip have
   // scalar inputs their kernels may read, so they stay out).
   const bool independent = kDataIndependent.count(n.op_type) > 0 || kBroadcast.count(n.op_type) > 0 ||
-                           (kSameShape.count(n.op_type) > 0 && n.op_type != "CumSum" && n.op_type != "Trilu" && n.op_type != "Clip");
+                           (kSameShape.count(n.op_type) > 0 && n.op_type != "CumSum" && n.op_type != "Trilu" && n.op_type != "Clip" &&
+                            n.op_type != "Dropout");
   const bool after_first = kShapeInputsAfterFirst.count(n.op_type) > 0;
   std::vector<TensorView> views;
+  std::vector<Tensor> scratch;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const int v = n.inputs[i];
     if (v < 0) { views.emplace_back(); continue; }
@@ -391,7 +393,15 @@ Status kernel_rule(Graph& g, Node& n) {
     if (val.is_constant()) { views.push_back(val.constant.view()); continue; }
     if (!val.shape || !sym_shape_concrete(*val.shape) || !dtype_is_known(val.dtype)) return Status::Ok();
     if (!independent && !(after_first && i == 0)) return Status::Ok();
-    views.push_back(TensorView{nullptr, val.dtype, to_shape(*val.shape)});
+    // Small runtime inputs (scalars such as a ratio or a flag) get zero-filled stand-ins so a
+    // kernel that peeks at them never reads a null pointer; large ones carry no data.
+    const Shape shape = to_shape(*val.shape);
+    if (shape.numel() <= 64) {
+      scratch.push_back(Tensor::zeros(val.dtype, shape));
+      views.push_back(scratch.back().view());
+    } else {
+      views.push_back(TensorView{nullptr, val.dtype, shape});
+    }
   }
   KernelArgs args;
   args.op_type = n.op_type;
