@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,9 @@ namespace {
 // Query rows and keys per tile: one tile's scores, Q, K and V stay in L2 for Dh up to ~128.
 constexpr int64_t kTq = 64;
 constexpr int64_t kTk = 64;
+// Tiles are padded to whole register blocks of the micro-kernels (8 rows, 32 columns).
+constexpr int64_t kRowPad = 8;
+constexpr int64_t kColPad = 32;
 constexpr size_t kAlign = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -36,7 +40,7 @@ struct Scratch {
   float* l;    // [kTq]        running sum per row
 };
 
-int64_t padded_dh(int64_t Dh) { return round_up(std::max<int64_t>(Dh, 1), 16); }
+int64_t padded_dh(int64_t Dh) { return round_up(std::max<int64_t>(Dh, 1), kColPad); }
 
 size_t slot_bytes(int64_t Dh) {
   const int64_t Dhp = padded_dh(Dh);
@@ -99,7 +103,7 @@ inline float hsum8(__m256 v) {
 }
 
 // s[0:rows, 0:cols] = q[0:rows, 0:Dh] * kt[0:Dh, 0:cols]; rows % 4 == 0, cols % 16 == 0.
-void score_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t Dh) {
+void score_tile_avx2(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t Dh) {
   for (int64_t i = 0; i < rows; i += 4) {
     const float* a = q + i * Dh;
     for (int64_t j = 0; j < cols; j += 16) {
@@ -134,7 +138,7 @@ void score_tile(const float* q, const float* kt, float* s, int64_t rows, int64_t
 }
 
 // o[0:rows, 0:Dhp] += s[0:rows, 0:keys] * v[0:keys, 0:Dhp]; rows % 4 == 0, Dhp % 16 == 0.
-void accumulate_tile(const float* s, const float* v, float* o, int64_t rows, int64_t keys, int64_t Dhp) {
+void accumulate_tile_avx2(const float* s, const float* v, float* o, int64_t rows, int64_t keys, int64_t Dhp) {
   for (int64_t i = 0; i < rows; i += 4) {
     const float* p = s + i * kTk;
     for (int64_t d = 0; d < Dhp; d += 16) {
@@ -169,6 +173,84 @@ void accumulate_tile(const float* s, const float* v, float* o, int64_t rows, int
       _mm256_storeu_ps(out + 3 * Dhp + 8, c31);
     }
   }
+}
+
+// AVX-512 versions of the two products, 8 rows by 32 columns per register block (16
+// accumulators); chosen at run time when the CPU has AVX-512F.
+__attribute__((target("avx512f"))) void score_tile_avx512(const float* q, const float* kt, float* s, int64_t rows,
+                                                          int64_t cols, int64_t Dh) {
+  for (int64_t i = 0; i < rows; i += 8) {
+    const float* a = q + i * Dh;
+    for (int64_t j = 0; j < cols; j += 32) {
+      __m512 c[8][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+      const float* b = kt + j;
+      for (int64_t d = 0; d < Dh; ++d) {
+        const __m512 b0 = _mm512_loadu_ps(b + d * kTk), b1 = _mm512_loadu_ps(b + d * kTk + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+          const __m512 x = _mm512_set1_ps(a[r * Dh + d]);
+          c[r][0] = _mm512_fmadd_ps(x, b0, c[r][0]);
+          c[r][1] = _mm512_fmadd_ps(x, b1, c[r][1]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        _mm512_storeu_ps(s + (i + r) * kTk + j, c[r][0]);
+        _mm512_storeu_ps(s + (i + r) * kTk + j + 16, c[r][1]);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void accumulate_tile_avx512(const float* s, const float* v, float* o,
+                                                               int64_t rows, int64_t keys, int64_t Dhp) {
+  for (int64_t i = 0; i < rows; i += 8) {
+    const float* p = s + i * kTk;
+    for (int64_t d = 0; d < Dhp; d += 32) {
+      float* out = o + i * Dhp + d;
+      __m512 c[8][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        c[r][0] = _mm512_loadu_ps(out + r * Dhp);
+        c[r][1] = _mm512_loadu_ps(out + r * Dhp + 16);
+      }
+      const float* b = v + d;
+      for (int64_t j = 0; j < keys; ++j) {
+        const __m512 b0 = _mm512_loadu_ps(b + j * Dhp), b1 = _mm512_loadu_ps(b + j * Dhp + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) {
+          const __m512 x = _mm512_set1_ps(p[r * kTk + j]);
+          c[r][0] = _mm512_fmadd_ps(x, b0, c[r][0]);
+          c[r][1] = _mm512_fmadd_ps(x, b1, c[r][1]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        _mm512_storeu_ps(out + r * Dhp, c[r][0]);
+        _mm512_storeu_ps(out + r * Dhp + 16, c[r][1]);
+      }
+    }
+  }
+}
+
+struct TileOps {
+  void (*score)(const float*, const float*, float*, int64_t, int64_t, int64_t);
+  void (*accumulate)(const float*, const float*, float*, int64_t, int64_t, int64_t);
+};
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+std::atomic<bool> g_avx512_allowed{true};
+
+TileOps tile_ops() {
+  if (g_avx512_allowed.load(std::memory_order_relaxed) && cpu_has_avx512())
+    return TileOps{score_tile_avx512, accumulate_tile_avx512};
+  return TileOps{score_tile_avx2, accumulate_tile_avx2};
 }
 
 // One attention problem: a (batch, head) pair's rows, addressed through strides; keys [0, Sc)
@@ -225,20 +307,20 @@ void apply_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0,
 
 // Folds one tile of scores into the running max/sum of each row and turns them into
 // probabilities relative to the new max; rescales the accumulator rows.
-void online_softmax(const Scratch& sc, int64_t nq, int64_t nq4, int64_t nk, int64_t nk16, int64_t Dhp) {
+void online_softmax(const Scratch& sc, int64_t nq, int64_t nqp, int64_t nk, int64_t nkp, int64_t Dhp) {
   for (int64_t i = 0; i < nq; ++i) {
     float* row = sc.s + i * kTk;
-    for (int64_t j = nk; j < nk16; ++j) row[j] = kNegInf;
+    for (int64_t j = nk; j < nkp; ++j) row[j] = kNegInf;
     __m256 mx = _mm256_set1_ps(kNegInf);
-    for (int64_t j = 0; j < nk16; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(row + j));
+    for (int64_t j = 0; j < nkp; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(row + j));
     const float m_new = std::max(sc.m[i], hmax8(mx));
     if (m_new == kNegInf) {  // nothing visible yet in this row
-      std::memset(row, 0, sizeof(float) * nk16);
+      std::memset(row, 0, sizeof(float) * nkp);
       continue;
     }
     const __m256 mv = _mm256_set1_ps(m_new);
     __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nk16; j += 8) {
+    for (int64_t j = 0; j < nkp; j += 8) {
       const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mv));
       _mm256_storeu_ps(row + j, e);
       sum = _mm256_add_ps(sum, e);
@@ -252,20 +334,21 @@ void online_softmax(const Scratch& sc, int64_t nq, int64_t nq4, int64_t nk, int6
       for (int64_t d = 0; d < Dhp; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(av, _mm256_loadu_ps(o + d)));
     }
   }
-  for (int64_t i = nq; i < nq4; ++i) std::memset(sc.s + i * kTk, 0, sizeof(float) * nk16);
+  for (int64_t i = nq; i < nqp; ++i) std::memset(sc.s + i * kTk, 0, sizeof(float) * nkp);
 }
 
 void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
+  const TileOps ops = tile_ops();
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
   const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
-  const int64_t nq = std::min(kTq, g.Sq - q0), nq4 = round_up(nq, 4);
+  const int64_t nq = std::min(kTq, g.Sq - q0), nqp = round_up(nq, kRowPad);
   for (int64_t i = 0; i < nq; ++i) {
     const float* src = pr.q + (q0 + i) * pr.q_row;
     for (int64_t d = 0; d < Dh; ++d) sc.q[i * Dh + d] = src[d] * p.scale;
   }
-  std::memset(sc.q + nq * Dh, 0, sizeof(float) * (nq4 - nq) * Dh);
-  std::memset(sc.o, 0, sizeof(float) * nq4 * Dhp);
+  std::memset(sc.q + nq * Dh, 0, sizeof(float) * (nqp - nq) * Dh);
+  std::memset(sc.o, 0, sizeof(float) * nqp * Dhp);
   std::fill(sc.m, sc.m + nq, kNegInf);
   std::fill(sc.l, sc.l + nq, 0.0f);
 
@@ -279,7 +362,7 @@ void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
     all_visible_below = visible_limit(p, g.query_offset() + q0);
   }
   for (int64_t k0 = 0; k0 < k_end; k0 += kTk) {
-    const int64_t nk = std::min(kTk, k_end - k0), nk16 = round_up(nk, 16);
+    const int64_t nk = std::min(kTk, k_end - k0), nkp = round_up(nk, kColPad);
     if (explicit_mask && !mask_tile_any_visible(pr, q0, nq, k0, nk)) continue;
     for (int64_t j = 0; j < nk; ++j) {
       const float* kr = pr.key(0, k0 + j);
@@ -289,12 +372,12 @@ void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
       std::memcpy(vd, vr, sizeof(float) * Dh);
       std::memset(vd + Dh, 0, sizeof(float) * (Dhp - Dh));
     }
-    if (nk < nk16)
-      for (int64_t d = 0; d < Dh; ++d) std::memset(sc.kt + d * kTk + nk, 0, sizeof(float) * (nk16 - nk));
-    score_tile(sc.q, sc.kt, sc.s, nq4, nk16, Dh);
+    if (nk < nkp)
+      for (int64_t d = 0; d < Dh; ++d) std::memset(sc.kt + d * kTk + nk, 0, sizeof(float) * (nkp - nk));
+    ops.score(sc.q, sc.kt, sc.s, nqp, nkp, Dh);
     if (explicit_mask || (positional && k0 + nk > all_visible_below)) apply_mask(pr, sc.s, q0, nq, k0, nk);
-    online_softmax(sc, nq, nq4, nk, nk16, Dhp);
-    accumulate_tile(sc.s, sc.v, sc.o, nq4, nk, Dhp);
+    online_softmax(sc, nq, nqp, nk, nkp, Dhp);
+    ops.accumulate(sc.s, sc.v, sc.o, nqp, nk, Dhp);
   }
   for (int64_t i = 0; i < nq; ++i) {
     float* dst = pr.out + (q0 + i) * pr.out_row;
@@ -309,6 +392,11 @@ void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
 }
 
 }  // namespace
+
+bool allow_avx512(bool allowed) {
+  g_avx512_allowed.store(allowed);
+  return allowed && cpu_has_avx512();
+}
 
 size_t workspace_bytes_per_thread(int64_t Dh) { return slot_bytes(Dh) + kAlign; }
 

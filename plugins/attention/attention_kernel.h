@@ -19,4 +19,7 @@ size_t workspace_bytes_per_thread(int64_t Dh);
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> inputs,
                      std::span<const TensorView> outputs, void* workspace, int slots);
 
+// Lets tests exercise the AVX2 tile code on an AVX-512 machine. Returns whether AVX-512 is now used.
+bool allow_avx512(bool allowed);
+
 }  // namespace kiln::attention

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "plugins/attention/attention_common.h"
+#include "plugins/attention/attention_kernel.h"
 #include "plugins/attention/attention_plugin.h"
 #include "plugins/attention/attention_reference.h"
 
@@ -231,6 +232,17 @@ TEST(AttentionKernel, MatchesReferenceWithCache) {
          {2, 3, 64, 1, 1, 300, true},
          {1, 6, 7, 1, 1, 0, true},
          {2, 1, 1, 274, 274, 1, true}});
+}
+
+// The AVX2 tile code (the default on machines without AVX-512) on the same shapes.
+TEST(AttentionKernel, Avx2PathMatchesReference) {
+  attention::allow_avx512(false);
+  sweep({{2, 3, 7, 5, 5, 1, true},
+         {1, 6, 64, 33, 33, 17, true},
+         {2, 1, 64, 274, 274, 300, true},
+         {1, 3, 64, 33, 100, 0, false},
+         {2, 6, 1, 33, 33, 300, true}});
+  attention::allow_avx512(true);
 }
 
 TEST(AttentionKernel, MatchesReferenceWithoutCache) {
