@@ -14,42 +14,45 @@
 #error "the attention kernel needs AVX2 and FMA (kiln builds with -march=x86-64-v3)"
 #endif
 
+// Layout of the work: scores are computed transposed, S^T = K_tile * (scale * Q_tile)^T, so the
+// query axis is the vector axis. Then K and V rows are read straight from the inputs (from the
+// cache or the new part, no packing and no transposition per tile), only Q^T is packed once per
+// query tile, and the online softmax (max, exp, sum per query) runs on whole vectors of queries.
 namespace kiln::attention {
 namespace {
 
-// Query rows and keys per tile: one tile's scores, Q, K and V stay in L2 for Dh up to ~128.
+// Query rows and keys per tile: a tile's scores, Q^T and accumulator stay in L2 for Dh up to ~128.
 constexpr int64_t kTq = 64;
 constexpr int64_t kTk = 64;
-// Tiles are padded to whole register blocks of the micro-kernels (8 rows, 32 columns).
-constexpr int64_t kRowPad = 8;
-constexpr int64_t kColPad = 32;
+// Padding to whole register blocks of the micro-kernels: queries to 32 lanes, keys to 8 rows,
+// the accumulator's head dim to 32 lanes.
+constexpr int64_t kQueryPad = 32;
+constexpr int64_t kKeyPad = 8;
+constexpr int64_t kDhPad = 32;
 constexpr size_t kAlign = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 size_t aligned_floats(int64_t n) { return round_up(n * static_cast<int64_t>(sizeof(float)), kAlign); }
+int64_t padded_dh(int64_t Dh) { return round_up(std::max<int64_t>(Dh, 1), kDhPad); }
 
 // One thread's scratch, carved from its workspace slot.
 struct Scratch {
-  float* q;    // [kTq, Dh]    the query tile times scale (rows past the tile are zero)
-  float* kt;   // [Dh, kTk]    the key tile transposed (columns past the tile are zero)
-  float* v;    // [kTk, Dhp]   the value tile (columns past Dh are zero)
-  float* s;    // [kTq, kTk]   scores, then probabilities
-  float* o;    // [kTq, Dhp]   unnormalized output accumulator
-  float* m;    // [kTq]        running max per row
-  float* l;    // [kTq]        running sum per row
+  float* qt;     // [Dh, kTq]   (scale * Q_tile)^T; columns past the tile are zero
+  float* s;      // [kTk, kTq]  S^T, then P^T
+  float* o;      // [kTq, Dhp]  unnormalized output accumulator
+  float* m;      // [kTq]       running max per query
+  float* l;      // [kTq]       running sum per query
+  float* alpha;  // [kTq]       rescale factor of the current key tile
+  float* zero;   // [Dh]        zeros: the K row of padding keys
 };
 
-int64_t padded_dh(int64_t Dh) { return round_up(std::max<int64_t>(Dh, 1), kColPad); }
-
 size_t slot_bytes(int64_t Dh) {
-  const int64_t Dhp = padded_dh(Dh);
-  return aligned_floats(kTq * Dh) + aligned_floats(Dh * kTk) + aligned_floats(kTk * Dhp) + aligned_floats(kTq * kTk) +
-         aligned_floats(kTq * Dhp) + 2 * aligned_floats(kTq);
+  return aligned_floats(Dh * kTq) + aligned_floats(kTk * kTq) + aligned_floats(kTq * padded_dh(Dh)) +
+         3 * aligned_floats(kTq) + aligned_floats(std::max<int64_t>(Dh, 1));
 }
 
 Scratch carve(void* base, int64_t Dh) {
-  const int64_t Dhp = padded_dh(Dh);
   char* p = static_cast<char*>(base);
   auto take = [&](int64_t n) {
     float* f = reinterpret_cast<float*>(p);
@@ -57,13 +60,13 @@ Scratch carve(void* base, int64_t Dh) {
     return f;
   };
   Scratch s;
-  s.q = take(kTq * Dh);
-  s.kt = take(Dh * kTk);
-  s.v = take(kTk * Dhp);
-  s.s = take(kTq * kTk);
-  s.o = take(kTq * Dhp);
+  s.qt = take(Dh * kTq);
+  s.s = take(kTk * kTq);
+  s.o = take(kTq * padded_dh(Dh));
   s.m = take(kTq);
   s.l = take(kTq);
+  s.alpha = take(kTq);
+  s.zero = take(std::max<int64_t>(Dh, 1));
   return s;
 }
 
@@ -88,78 +91,79 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-inline float hmax8(__m256 v) {
-  __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
-  return _mm_cvtss_f32(a);
-}
+// The two tile products. `krow`/`vrow` are the key tile's K/V rows in the inputs.
+//   score:      s[j, i] = sum_d krow[j][d] * qt[d, i]       j < keys (multiple of 8), i < queries (of 32)
+//   accumulate: o[i, d] += sum_{j < keys} s[j, i] * vrow[j][d]   i < queries, d < Dhp (V read masked at Dh)
+struct TileOps {
+  void (*score)(const float* const* krow, const float* qt, float* s, int64_t keys, int64_t queries, int64_t Dh);
+  void (*accumulate)(const float* s, const float* const* vrow, float* o, int64_t keys, int64_t queries, int64_t Dh,
+                     int64_t Dhp);
+};
 
-inline float hsum8(__m256 v) {
-  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
-  return _mm_cvtss_f32(a);
-}
-
-// s[0:rows, 0:cols] = q[0:rows, 0:Dh] * kt[0:Dh, 0:cols]; rows % 4 == 0, cols % 16 == 0.
-void score_tile_avx2(const float* q, const float* kt, float* s, int64_t rows, int64_t cols, int64_t Dh) {
-  for (int64_t i = 0; i < rows; i += 4) {
-    const float* a = q + i * Dh;
-    for (int64_t j = 0; j < cols; j += 16) {
+void score_avx2(const float* const* krow, const float* qt, float* s, int64_t keys, int64_t queries, int64_t Dh) {
+  for (int64_t j = 0; j < keys; j += 4) {
+    const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
+    for (int64_t i = 0; i < queries; i += 16) {
       __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-      const float* b = kt + j;
+      const float* b = qt + i;
       for (int64_t d = 0; d < Dh; ++d) {
-        const __m256 b0 = _mm256_loadu_ps(b + d * kTk), b1 = _mm256_loadu_ps(b + d * kTk + 8);
-        __m256 x = _mm256_broadcast_ss(a + d);
+        const __m256 b0 = _mm256_loadu_ps(b + d * kTq), b1 = _mm256_loadu_ps(b + d * kTq + 8);
+        __m256 x = _mm256_broadcast_ss(k0 + d);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a + Dh + d);
+        x = _mm256_broadcast_ss(k1 + d);
         c10 = _mm256_fmadd_ps(x, b0, c10);
         c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a + 2 * Dh + d);
+        x = _mm256_broadcast_ss(k2 + d);
         c20 = _mm256_fmadd_ps(x, b0, c20);
         c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a + 3 * Dh + d);
+        x = _mm256_broadcast_ss(k3 + d);
         c30 = _mm256_fmadd_ps(x, b0, c30);
         c31 = _mm256_fmadd_ps(x, b1, c31);
       }
-      float* out = s + i * kTk + j;
+      float* out = s + j * kTq + i;
       _mm256_storeu_ps(out, c00);
       _mm256_storeu_ps(out + 8, c01);
-      _mm256_storeu_ps(out + kTk, c10);
-      _mm256_storeu_ps(out + kTk + 8, c11);
-      _mm256_storeu_ps(out + 2 * kTk, c20);
-      _mm256_storeu_ps(out + 2 * kTk + 8, c21);
-      _mm256_storeu_ps(out + 3 * kTk, c30);
-      _mm256_storeu_ps(out + 3 * kTk + 8, c31);
+      _mm256_storeu_ps(out + kTq, c10);
+      _mm256_storeu_ps(out + kTq + 8, c11);
+      _mm256_storeu_ps(out + 2 * kTq, c20);
+      _mm256_storeu_ps(out + 2 * kTq + 8, c21);
+      _mm256_storeu_ps(out + 3 * kTq, c30);
+      _mm256_storeu_ps(out + 3 * kTq + 8, c31);
     }
   }
 }
 
-// o[0:rows, 0:Dhp] += s[0:rows, 0:keys] * v[0:keys, 0:Dhp]; rows % 4 == 0, Dhp % 16 == 0.
-void accumulate_tile_avx2(const float* s, const float* v, float* o, int64_t rows, int64_t keys, int64_t Dhp) {
-  for (int64_t i = 0; i < rows; i += 4) {
-    const float* p = s + i * kTk;
-    for (int64_t d = 0; d < Dhp; d += 16) {
+// Lanes [0, n) of 8 set (n may exceed 8 or be <= 0).
+inline __m256i lane_mask8(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), idx);
+}
+
+void accumulate_avx2(const float* s, const float* const* vrow, float* o, int64_t keys, int64_t queries, int64_t Dh,
+                     int64_t Dhp) {
+  for (int64_t d = 0; d < Dhp; d += 16) {
+    const __m256i m0 = lane_mask8(Dh - d), m1 = lane_mask8(Dh - d - 8);
+    for (int64_t i = 0; i < queries; i += 4) {
       float* out = o + i * Dhp + d;
       __m256 c00 = _mm256_loadu_ps(out), c01 = _mm256_loadu_ps(out + 8);
       __m256 c10 = _mm256_loadu_ps(out + Dhp), c11 = _mm256_loadu_ps(out + Dhp + 8);
       __m256 c20 = _mm256_loadu_ps(out + 2 * Dhp), c21 = _mm256_loadu_ps(out + 2 * Dhp + 8);
       __m256 c30 = _mm256_loadu_ps(out + 3 * Dhp), c31 = _mm256_loadu_ps(out + 3 * Dhp + 8);
-      const float* b = v + d;
       for (int64_t j = 0; j < keys; ++j) {
-        const __m256 b0 = _mm256_loadu_ps(b + j * Dhp), b1 = _mm256_loadu_ps(b + j * Dhp + 8);
-        __m256 x = _mm256_broadcast_ss(p + j);
+        const float* vr = vrow[j] + d;
+        const __m256 b0 = _mm256_maskload_ps(vr, m0), b1 = _mm256_maskload_ps(vr + 8, m1);
+        const float* p = s + j * kTq + i;
+        __m256 x = _mm256_broadcast_ss(p);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(p + kTk + j);
+        x = _mm256_broadcast_ss(p + 1);
         c10 = _mm256_fmadd_ps(x, b0, c10);
         c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(p + 2 * kTk + j);
+        x = _mm256_broadcast_ss(p + 2);
         c20 = _mm256_fmadd_ps(x, b0, c20);
         c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(p + 3 * kTk + j);
+        x = _mm256_broadcast_ss(p + 3);
         c30 = _mm256_fmadd_ps(x, b0, c30);
         c31 = _mm256_fmadd_ps(x, b1, c31);
       }
@@ -175,40 +179,45 @@ void accumulate_tile_avx2(const float* s, const float* v, float* o, int64_t rows
   }
 }
 
-// AVX-512 versions of the two products, 8 rows by 32 columns per register block (16
-// accumulators); chosen at run time when the CPU has AVX-512F.
-__attribute__((target("avx512f"))) void score_tile_avx512(const float* q, const float* kt, float* s, int64_t rows,
-                                                          int64_t cols, int64_t Dh) {
-  for (int64_t i = 0; i < rows; i += 8) {
-    const float* a = q + i * Dh;
-    for (int64_t j = 0; j < cols; j += 32) {
+// AVX-512 versions: 8 rows by 32 lanes per register block (16 accumulators); chosen at run time
+// when the CPU has AVX-512F.
+__attribute__((target("avx512f"))) void score_avx512(const float* const* krow, const float* qt, float* s,
+                                                     int64_t keys, int64_t queries, int64_t Dh) {
+  for (int64_t j = 0; j < keys; j += 8) {
+    const float* k[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) k[r] = krow[j + r];
+    for (int64_t i = 0; i < queries; i += 32) {
       __m512 c[8][2];
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
-      const float* b = kt + j;
+      const float* b = qt + i;
       for (int64_t d = 0; d < Dh; ++d) {
-        const __m512 b0 = _mm512_loadu_ps(b + d * kTk), b1 = _mm512_loadu_ps(b + d * kTk + 16);
+        const __m512 b0 = _mm512_loadu_ps(b + d * kTq), b1 = _mm512_loadu_ps(b + d * kTq + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
-          const __m512 x = _mm512_set1_ps(a[r * Dh + d]);
+          const __m512 x = _mm512_set1_ps(k[r][d]);
           c[r][0] = _mm512_fmadd_ps(x, b0, c[r][0]);
           c[r][1] = _mm512_fmadd_ps(x, b1, c[r][1]);
         }
       }
 #pragma GCC unroll 8
       for (int r = 0; r < 8; ++r) {
-        _mm512_storeu_ps(s + (i + r) * kTk + j, c[r][0]);
-        _mm512_storeu_ps(s + (i + r) * kTk + j + 16, c[r][1]);
+        _mm512_storeu_ps(s + (j + r) * kTq + i, c[r][0]);
+        _mm512_storeu_ps(s + (j + r) * kTq + i + 16, c[r][1]);
       }
     }
   }
 }
 
-__attribute__((target("avx512f"))) void accumulate_tile_avx512(const float* s, const float* v, float* o,
-                                                               int64_t rows, int64_t keys, int64_t Dhp) {
-  for (int64_t i = 0; i < rows; i += 8) {
-    const float* p = s + i * kTk;
-    for (int64_t d = 0; d < Dhp; d += 32) {
+__attribute__((target("avx512f"))) void accumulate_avx512(const float* s, const float* const* vrow, float* o,
+                                                          int64_t keys, int64_t queries, int64_t Dh, int64_t Dhp) {
+  for (int64_t d = 0; d < Dhp; d += 32) {
+    auto lanes = [](int64_t n) {
+      return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+    };
+    const __mmask16 m0 = lanes(Dh - d), m1 = lanes(Dh - d - 16);
+    for (int64_t i = 0; i < queries; i += 8) {
       float* out = o + i * Dhp + d;
       __m512 c[8][2];
 #pragma GCC unroll 8
@@ -216,12 +225,13 @@ __attribute__((target("avx512f"))) void accumulate_tile_avx512(const float* s, c
         c[r][0] = _mm512_loadu_ps(out + r * Dhp);
         c[r][1] = _mm512_loadu_ps(out + r * Dhp + 16);
       }
-      const float* b = v + d;
       for (int64_t j = 0; j < keys; ++j) {
-        const __m512 b0 = _mm512_loadu_ps(b + j * Dhp), b1 = _mm512_loadu_ps(b + j * Dhp + 16);
+        const float* vr = vrow[j] + d;
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, vr), b1 = _mm512_maskz_loadu_ps(m1, vr + 16);
+        const float* p = s + j * kTq + i;
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
-          const __m512 x = _mm512_set1_ps(p[r * kTk + j]);
+          const __m512 x = _mm512_set1_ps(p[r]);
           c[r][0] = _mm512_fmadd_ps(x, b0, c[r][0]);
           c[r][1] = _mm512_fmadd_ps(x, b1, c[r][1]);
         }
@@ -235,11 +245,6 @@ __attribute__((target("avx512f"))) void accumulate_tile_avx512(const float* s, c
   }
 }
 
-struct TileOps {
-  void (*score)(const float*, const float*, float*, int64_t, int64_t, int64_t);
-  void (*accumulate)(const float*, const float*, float*, int64_t, int64_t, int64_t);
-};
-
 bool cpu_has_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has;
@@ -248,9 +253,8 @@ bool cpu_has_avx512() {
 std::atomic<bool> g_avx512_allowed{true};
 
 TileOps tile_ops() {
-  if (g_avx512_allowed.load(std::memory_order_relaxed) && cpu_has_avx512())
-    return TileOps{score_tile_avx512, accumulate_tile_avx512};
-  return TileOps{score_tile_avx2, accumulate_tile_avx2};
+  if (g_avx512_allowed.load(std::memory_order_relaxed) && cpu_has_avx512()) return TileOps{score_avx512, accumulate_avx512};
+  return TileOps{score_avx2, accumulate_avx2};
 }
 
 // One attention problem: a (batch, head) pair's rows, addressed through strides; keys [0, Sc)
@@ -267,8 +271,7 @@ struct Problem {
   float* out;
   int64_t out_row;
 
-  const float* key(int t, int64_t j) const {
-    const float* const* base = t == 0 ? k : v;
+  const float* row(const float* const* base, int64_t j) const {
     return j < g->Sc ? base[0] + j * kv_row[0] : base[1] + (j - g->Sc) * kv_row[1];
   }
   bool mask_visible(int64_t i, int64_t j) const {
@@ -278,7 +281,7 @@ struct Problem {
   }
 };
 
-// Whether any (row, key) of the tile is visible under an explicit mask.
+// Whether any (query, key) of the tile is visible under an explicit mask.
 bool mask_tile_any_visible(const Problem& pr, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t j = 0; j < nk; ++j)
@@ -286,55 +289,55 @@ bool mask_tile_any_visible(const Problem& pr, int64_t q0, int64_t nq, int64_t k0
   return false;
 }
 
+// Applies the mask to S^T (s[j, i] for key k0 + j and query q0 + i).
 void apply_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
-  for (int64_t i = 0; i < nq; ++i) {
-    float* row = s + i * kTk;
-    if (p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal) {
+  if (p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal) {
+    for (int64_t i = 0; i < nq; ++i) {
       const int64_t lim = visible_limit(p, g.query_offset() + q0 + i) - k0;
-      for (int64_t j = std::max<int64_t>(lim, 0); j < nk; ++j) row[j] = kNegInf;
-    } else if (p.mask == MaskKind::kBool) {
-      const bool* m = static_cast<const bool*>(pr.mask) + (q0 + i) * g.mask_stride[2] + k0 * g.mask_stride[3];
-      for (int64_t j = 0; j < nk; ++j)
-        if (!m[j * g.mask_stride[3]]) row[j] = kNegInf;
+      for (int64_t j = std::max<int64_t>(lim, 0); j < nk; ++j) s[j * kTq + i] = kNegInf;
+    }
+    return;
+  }
+  const int64_t si = g.mask_stride[2];
+  for (int64_t j = 0; j < nk; ++j) {
+    float* row = s + j * kTq;
+    const int64_t base = q0 * si + (k0 + j) * g.mask_stride[3];
+    if (p.mask == MaskKind::kBool) {
+      const bool* m = static_cast<const bool*>(pr.mask) + base;
+      for (int64_t i = 0; i < nq; ++i)
+        if (!m[i * si]) row[i] = kNegInf;
     } else {
-      const float* m = static_cast<const float*>(pr.mask) + (q0 + i) * g.mask_stride[2] + k0 * g.mask_stride[3];
-      for (int64_t j = 0; j < nk; ++j) row[j] += m[j * g.mask_stride[3]];
+      const float* m = static_cast<const float*>(pr.mask) + base;
+      for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
     }
   }
 }
 
-// Folds one tile of scores into the running max/sum of each row and turns them into
-// probabilities relative to the new max; rescales the accumulator rows.
-void online_softmax(const Scratch& sc, int64_t nq, int64_t nqp, int64_t nk, int64_t nkp, int64_t Dhp) {
-  for (int64_t i = 0; i < nq; ++i) {
-    float* row = sc.s + i * kTk;
-    for (int64_t j = nk; j < nkp; ++j) row[j] = kNegInf;
-    __m256 mx = _mm256_set1_ps(kNegInf);
-    for (int64_t j = 0; j < nkp; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(row + j));
-    const float m_new = std::max(sc.m[i], hmax8(mx));
-    if (m_new == kNegInf) {  // nothing visible yet in this row
-      std::memset(row, 0, sizeof(float) * nkp);
-      continue;
-    }
-    const __m256 mv = _mm256_set1_ps(m_new);
+// Folds a tile of S^T into each query's running max and sum, turns it into P^T relative to the new
+// max, and records the factor the accumulator rows must be rescaled by.
+void online_softmax(const Scratch& sc, int64_t nk, int64_t nqp) {
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  for (int64_t i = 0; i < nqp; i += 8) {
+    const __m256 m_old = _mm256_loadu_ps(sc.m + i);
+    __m256 mx = m_old;
+    for (int64_t j = 0; j < nk; ++j) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc.s + j * kTq + i));
+    // A query with nothing visible yet keeps max -inf; subtracting 0 instead keeps its
+    // probabilities at exp(-inf) = 0 rather than NaN.
+    const __m256 sub = _mm256_andnot_ps(_mm256_cmp_ps(mx, neg_inf, _CMP_EQ_OQ), mx);
     __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < nkp; j += 8) {
-      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mv));
-      _mm256_storeu_ps(row + j, e);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = sc.s + j * kTq + i;
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row), sub));
+      _mm256_storeu_ps(row, e);
       sum = _mm256_add_ps(sum, e);
     }
-    const float alpha = std::exp(sc.m[i] - m_new);
-    sc.l[i] = sc.l[i] * alpha + hsum8(sum);
-    sc.m[i] = m_new;
-    if (alpha != 1.0f) {
-      float* o = sc.o + i * Dhp;
-      const __m256 av = _mm256_set1_ps(alpha);
-      for (int64_t d = 0; d < Dhp; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(av, _mm256_loadu_ps(o + d)));
-    }
+    const __m256 alpha = exp8(_mm256_sub_ps(m_old, sub));
+    _mm256_storeu_ps(sc.alpha + i, alpha);
+    _mm256_storeu_ps(sc.l + i, _mm256_fmadd_ps(_mm256_loadu_ps(sc.l + i), alpha, sum));
+    _mm256_storeu_ps(sc.m + i, mx);
   }
-  for (int64_t i = nq; i < nqp; ++i) std::memset(sc.s + i * kTk, 0, sizeof(float) * nkp);
 }
 
 void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
@@ -342,42 +345,48 @@ void query_tile(const Problem& pr, const Scratch& sc, int64_t q0) {
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
   const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
-  const int64_t nq = std::min(kTq, g.Sq - q0), nqp = round_up(nq, kRowPad);
+  const int64_t nq = std::min(kTq, g.Sq - q0), nqp = round_up(nq, kQueryPad);
   for (int64_t i = 0; i < nq; ++i) {
     const float* src = pr.q + (q0 + i) * pr.q_row;
-    for (int64_t d = 0; d < Dh; ++d) sc.q[i * Dh + d] = src[d] * p.scale;
+    for (int64_t d = 0; d < Dh; ++d) sc.qt[d * kTq + i] = src[d] * p.scale;
   }
-  std::memset(sc.q + nq * Dh, 0, sizeof(float) * (nqp - nq) * Dh);
+  if (nq < nqp)
+    for (int64_t d = 0; d < Dh; ++d) std::memset(sc.qt + d * kTq + nq, 0, sizeof(float) * (nqp - nq));
   std::memset(sc.o, 0, sizeof(float) * nqp * Dhp);
-  std::fill(sc.m, sc.m + nq, kNegInf);
-  std::fill(sc.l, sc.l + nq, 0.0f);
+  std::fill(sc.m, sc.m + nqp, kNegInf);
+  std::fill(sc.l, sc.l + nqp, 0.0f);
+  std::memset(sc.zero, 0, sizeof(float) * Dh);
 
   const bool positional = p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal;
   const bool explicit_mask = p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive;
-  // With a positional mask, keys at or past the last row's limit are hidden from the whole tile
-  // and keys below the first row's limit are visible to all of it.
+  // With a positional mask, keys at or past the last query's limit are hidden from the whole tile
+  // and keys below the first query's limit are visible to all of it.
   int64_t k_end = g.Sk_total(), all_visible_below = k_end;
   if (positional) {
     k_end = std::clamp<int64_t>(visible_limit(p, g.query_offset() + q0 + nq - 1), 0, k_end);
     all_visible_below = visible_limit(p, g.query_offset() + q0);
   }
+  const float* krow[kTk];
+  const float* vrow[kTk];
   for (int64_t k0 = 0; k0 < k_end; k0 += kTk) {
-    const int64_t nk = std::min(kTk, k_end - k0), nkp = round_up(nk, kColPad);
+    const int64_t nk = std::min(kTk, k_end - k0), nkp = round_up(nk, kKeyPad);
     if (explicit_mask && !mask_tile_any_visible(pr, q0, nq, k0, nk)) continue;
     for (int64_t j = 0; j < nk; ++j) {
-      const float* kr = pr.key(0, k0 + j);
-      for (int64_t d = 0; d < Dh; ++d) sc.kt[d * kTk + j] = kr[d];
-      const float* vr = pr.key(1, k0 + j);
-      float* vd = sc.v + j * Dhp;
-      std::memcpy(vd, vr, sizeof(float) * Dh);
-      std::memset(vd + Dh, 0, sizeof(float) * (Dhp - Dh));
+      krow[j] = pr.row(pr.k, k0 + j);
+      vrow[j] = pr.row(pr.v, k0 + j);
     }
-    if (nk < nkp)
-      for (int64_t d = 0; d < Dh; ++d) std::memset(sc.kt + d * kTk + nk, 0, sizeof(float) * (nkp - nk));
-    ops.score(sc.q, sc.kt, sc.s, nqp, nkp, Dh);
+    for (int64_t j = nk; j < nkp; ++j) krow[j] = sc.zero;
+    ops.score(krow, sc.qt, sc.s, nkp, nqp, Dh);
     if (explicit_mask || (positional && k0 + nk > all_visible_below)) apply_mask(pr, sc.s, q0, nq, k0, nk);
-    online_softmax(sc, nq, nqp, nk, nkp, Dhp);
-    ops.accumulate(sc.s, sc.v, sc.o, nqp, nk, Dhp);
+    online_softmax(sc, nk, nqp);
+    for (int64_t i = 0; i < nqp; ++i) {
+      const float a = sc.alpha[i];
+      if (a == 1.0f) continue;
+      float* o = sc.o + i * Dhp;
+      const __m256 av = _mm256_set1_ps(a);
+      for (int64_t d = 0; d < Dhp; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(av, _mm256_loadu_ps(o + d)));
+    }
+    ops.accumulate(sc.s, vrow, sc.o, nk, nqp, Dh, Dhp);
   }
   for (int64_t i = 0; i < nq; ++i) {
     float* dst = pr.out + (q0 + i) * pr.out_row;
@@ -406,7 +415,7 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
   const int64_t work = g.B * g.H * q_tiles;
   if (work > 0 && g.Dh > 0) {
     if (!workspace || slots < 1) return Internal("kiln::Attention: run without its workspace");
-    const size_t stride = round_up(static_cast<int64_t>(slot_bytes(g.Dh)), kAlign);
+    const size_t stride = slot_bytes(g.Dh);
     char* base = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(workspace), kAlign));
     const RowStrides qs = row_strides(p.layout, g.Sq, g.H, g.Dh);
     const RowStrides ks = row_strides(p.layout, g.Sk_new, g.H, g.Dh);
