@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <new>
 
@@ -16,11 +17,19 @@ using attention::Layout;
 using attention::MaskKind;
 using attention::Params;
 
-std::vector<TensorDesc> descs_of(std::span<const TensorView> views) {
-  std::vector<TensorDesc> d;
-  d.reserve(views.size());
-  for (const TensorView& v : views) d.push_back(v.desc());
-  return d;
+// The inputs' descriptors without touching the heap (infer runs before every run).
+struct InputDescs {
+  TensorDesc d[6];
+  size_t n = 0;
+  explicit InputDescs(std::span<const TensorView> views) : n(std::min<size_t>(views.size(), 6)) {
+    for (size_t i = 0; i < n; ++i) d[i] = views[i].desc();
+  }
+  std::span<const TensorDesc> span() const { return {d, n}; }
+};
+
+Status check_input_limit(size_t n) {
+  if (n > 6) return InvalidArgument("kiln::Attention takes at most 6 inputs, got " + std::to_string(n));
+  return Status::Ok();
 }
 
 Status check_output_count(const Params& p, size_t n) {
@@ -37,7 +46,8 @@ class AttentionRun final : public PluginRun {
   Status infer(std::span<const TensorView> inputs, std::span<TensorDesc> outputs) noexcept override {
     try {
       KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
-      KILN_ASSIGN_OR_RETURN(Geometry g, attention::validate_inputs(p_, descs_of(inputs)));
+      KILN_RETURN_IF_ERROR(check_input_limit(inputs.size()));
+      KILN_ASSIGN_OR_RETURN(Geometry g, attention::validate_inputs(p_, InputDescs(inputs).span()));
       attention::output_descs(p_, g, outputs);
       return Status::Ok();
     } catch (const std::bad_alloc&) {
@@ -48,7 +58,9 @@ class AttentionRun final : public PluginRun {
   Status on_shape_change(std::span<const TensorView> inputs, std::span<const TensorView> outputs) noexcept override {
     try {
       KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
-      KILN_ASSIGN_OR_RETURN(geometry_, attention::validate_inputs(p_, descs_of(inputs)));
+      KILN_RETURN_IF_ERROR(check_input_limit(inputs.size()));
+      KILN_ASSIGN_OR_RETURN(geometry_, attention::validate_inputs(p_, InputDescs(inputs).span()));
+      attention::output_descs(p_, geometry_, std::span<TensorDesc>(expected_out_, outputs.size()));
       num_seen_ = inputs.size();
       for (size_t i = 0; i < num_seen_; ++i) seen_[i] = inputs[i].desc();
       return Status::Ok();
@@ -59,9 +71,15 @@ class AttentionRun final : public PluginRun {
   }
 
   Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, void* workspace) noexcept override {
-    // Re-validating allocates, so only a shape the run has not seen pays for it.
+    // Inputs are validated again only when their shapes change; outputs are checked every time
+    // because the kernel writes them by the inputs' geometry.
     if (!same_shapes(inputs)) KILN_RETURN_IF_ERROR(on_shape_change(inputs, outputs));
     KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i].dtype != expected_out_[i].dtype || outputs[i].shape != expected_out_[i].shape)
+        return InvalidArgument("kiln::Attention: output " + std::to_string(i) + " is " + dtype_name(outputs[i].dtype) +
+                               " " + outputs[i].shape.str() + ", expected " + dtype_name(expected_out_[i].dtype) +
+                               " " + expected_out_[i].shape.str());
     return attention::run_attention(p_, geometry_, inputs, outputs, workspace, slots_);
   }
 
@@ -79,6 +97,7 @@ class AttentionRun final : public PluginRun {
   // Inputs geometry_ was derived from (at most 6; num_seen_ == 0 before the first validation).
   TensorDesc seen_[6];
   size_t num_seen_ = 0;
+  TensorDesc expected_out_[3];
 };
 
 class AttentionBuild final : public PluginBuild {

@@ -388,6 +388,31 @@ TEST(AttentionKernel, RerunWithNewShapes) {
   }
 }
 
+TEST(AttentionKernel, RunRejectsMismatchedOutputs) {
+  Case c;
+  c.B = 1, c.H = 2, c.Dh = 4, c.Sq = 3, c.Sk_new = 3;
+  std::mt19937 rng(4);
+  Inputs in = make_inputs(c, rng);
+  auto build = build_plugin(c.fields());
+  ASSERT_TRUE(build);
+  auto run = build->create_run();
+  ASSERT_TRUE(run.ok());
+  std::vector<TensorDesc> descs;
+  for (const TensorView& v : in.views) descs.push_back(v.desc());
+  std::vector<char> ws(build->workspace_bytes(descs));
+  Tensor small = Tensor::zeros(DType::kFloat32, Shape{1, 2, 8});
+  std::vector<TensorView> outs{small.view()};
+  Status st = (*run)->run(in.views, outs, ws.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("output 0"), std::string::npos) << st.message();
+  std::vector<TensorView> seven = in.views;
+  seven.resize(7, in.views[0]);
+  std::vector<TensorDesc> out_descs(1);
+  st = (*run)->infer(seven, out_descs);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("got 7"), std::string::npos) << st.message();
+}
+
 // ---- creator and fields ----
 
 AttrMap base_fields() {
