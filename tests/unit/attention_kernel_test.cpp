@@ -267,7 +267,7 @@ TEST(AttentionKernel, EmptyCacheAndEmptyQueries) {
 }
 
 // The state-buffer case: k_cache is the start of a buffer with room for the new rows, and k_all
-// is the whole buffer. Returns the outputs; checks cached rows are untouched.
+// is the whole buffer. Out, k_all and v_all must equal the copy path's and the reference's.
 void check_in_place(Layout layout, int64_t B, int64_t H, uint32_t seed) {
   Case c;
   c.cache = true;
