@@ -1,0 +1,64 @@
+// What the kiln::Attention kernel, its reference and its plugin share: the parsed fields, and the
+// geometry that shape validation derives from the inputs (see CONTRACT.md for the semantics).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace kiln::attention {
+
+enum class Layout { kBSD, kBHSD };
+enum class MaskKind { kNone, kBool, kAdditive, kCausal, kBlockCausal };
+
+struct Params {
+  int64_t num_heads = 0;
+  float scale = 1.0f;
+  Layout layout = Layout::kBSD;
+  MaskKind mask = MaskKind::kNone;
+  int64_t block = 0;  // block_causal only
+  bool kv_cache = false;
+};
+
+// Input/output positions (CONTRACT.md).
+constexpr int kQ = 0, kK = 1, kV = 2, kMask = 3, kKCache = 4, kVCache = 5;
+
+// Element strides of one [B, S, H, Dh]-addressable tensor: row s of head h of batch b starts at
+// b * batch + h * head + s * row, and its Dh elements are contiguous.
+struct RowStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+RowStrides row_strides(Layout layout, int64_t S, int64_t H, int64_t Dh);
+
+struct Geometry {
+  int64_t B = 0, H = 0, Dh = 0, Sq = 0, Sk_new = 0, Sc = 0;
+  int64_t Sk_total() const { return Sc + Sk_new; }
+  // Mask strides for [B, H, Sq, Sk_total] (0 on broadcast dims); meaningful for bool/additive.
+  int64_t mask_stride[4] = {0, 0, 0, 0};
+  // Absolute position of query 0 (CONTRACT.md: the queries are the last Sq positions).
+  int64_t query_offset() const { return Sk_total() - Sq; }
+};
+
+// Validates input count, dtypes and shapes; errors name the input index, dim and values.
+StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> inputs);
+// Output descriptors for a validated geometry (1 or 3 outputs).
+void output_descs(const Params& p, const Geometry& g, std::span<TensorDesc> outputs);
+int num_outputs(const Params& p);
+
+// First key index that query row at absolute position `pos` may NOT see under a causal or
+// block-causal mask (keys [0, limit) are visible).
+inline int64_t visible_limit(const Params& p, int64_t pos) {
+  if (p.mask == MaskKind::kCausal) return pos + 1;
+  return (pos / p.block + 1) * p.block;
+}
+
+// Appends new K/V rows after the cached ones into outputs 1 and 2. When an output starts at the
+// cache's buffer and the cached rows already sit where the concat puts them, only the new rows
+// are written; when it starts there but the rows must spread out (several batches/heads), the
+// cached rows are moved in place from the last one down. Call after attention has read the cache.
+void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> inputs,
+               std::span<const TensorView> outputs);
+
+}  // namespace kiln::attention

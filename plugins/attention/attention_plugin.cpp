@@ -1,0 +1,255 @@
+#include "plugins/attention/attention_plugin.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "plugins/attention/attention_common.h"
+#include "plugins/attention/attention_kernel.h"
+
+namespace kiln {
+namespace {
+
+using attention::Geometry;
+using attention::Layout;
+using attention::MaskKind;
+using attention::Params;
+
+// The inputs' descriptors without touching the heap (infer runs before every run).
+struct InputDescs {
+  TensorDesc d[6];
+  size_t n = 0;
+  explicit InputDescs(std::span<const TensorView> views) : n(std::min<size_t>(views.size(), 6)) {
+    for (size_t i = 0; i < n; ++i) d[i] = views[i].desc();
+  }
+  std::span<const TensorDesc> span() const { return {d, n}; }
+};
+
+Status check_input_limit(size_t n) {
+  if (n > 6) return InvalidArgument("kiln::Attention takes at most 6 inputs, got " + std::to_string(n));
+  return Status::Ok();
+}
+
+Status check_output_count(const Params& p, size_t n) {
+  const int want = attention::num_outputs(p);
+  if (n != static_cast<size_t>(want))
+    return InvalidArgument("kiln::Attention expects " + std::to_string(want) + " output(s), got " + std::to_string(n));
+  return Status::Ok();
+}
+
+class AttentionRun final : public PluginRun {
+ public:
+  AttentionRun(Params p, int slots) : p_(p), slots_(slots) {}
+
+  Status infer(std::span<const TensorView> inputs, std::span<TensorDesc> outputs) noexcept override {
+    try {
+      KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+      KILN_RETURN_IF_ERROR(check_input_limit(inputs.size()));
+      KILN_ASSIGN_OR_RETURN(Geometry g, attention::validate_inputs(p_, InputDescs(inputs).span()));
+      attention::output_descs(p_, g, outputs);
+      return Status::Ok();
+    } catch (const std::bad_alloc&) {
+      return Internal("kiln::Attention: out of memory in infer");
+    }
+  }
+
+  Status on_shape_change(std::span<const TensorView> inputs, std::span<const TensorView> outputs) noexcept override {
+    try {
+      KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+      KILN_RETURN_IF_ERROR(check_input_limit(inputs.size()));
+      KILN_ASSIGN_OR_RETURN(geometry_, attention::validate_inputs(p_, InputDescs(inputs).span()));
+      attention::output_descs(p_, geometry_, std::span<TensorDesc>(expected_out_, outputs.size()));
+      num_seen_ = inputs.size();
+      for (size_t i = 0; i < num_seen_; ++i) seen_[i] = inputs[i].desc();
+      return Status::Ok();
+    } catch (const std::bad_alloc&) {
+      num_seen_ = 0;
+      return Internal("kiln::Attention: out of memory in on_shape_change");
+    }
+  }
+
+  Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, void* workspace) noexcept override {
+    // Inputs are validated again only when their shapes change; outputs are checked every time
+    // because the kernel writes them by the inputs' geometry.
+    if (!same_shapes(inputs)) KILN_RETURN_IF_ERROR(on_shape_change(inputs, outputs));
+    KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (outputs[i].dtype != expected_out_[i].dtype || outputs[i].shape != expected_out_[i].shape)
+        return InvalidArgument("kiln::Attention: output " + std::to_string(i) + " is " + dtype_name(outputs[i].dtype) +
+                               " " + outputs[i].shape.str() + ", expected " + dtype_name(expected_out_[i].dtype) +
+                               " " + expected_out_[i].shape.str());
+    return attention::run_attention(p_, geometry_, inputs, outputs, workspace, slots_);
+  }
+
+ private:
+  bool same_shapes(std::span<const TensorView> inputs) const {
+    if (num_seen_ == 0 || inputs.size() != num_seen_) return false;
+    for (size_t i = 0; i < num_seen_; ++i)
+      if (inputs[i].dtype != seen_[i].dtype || inputs[i].shape != seen_[i].shape) return false;
+    return true;
+  }
+
+  Params p_;
+  int slots_;
+  Geometry geometry_;
+  // Inputs geometry_ was derived from (at most 6; num_seen_ == 0 before the first validation).
+  TensorDesc seen_[6];
+  size_t num_seen_ = 0;
+  TensorDesc expected_out_[3];
+};
+
+class AttentionBuild final : public PluginBuild {
+ public:
+  explicit AttentionBuild(Params p) : p_(p), slots_(std::max(1, omp_get_max_threads())) {}
+
+  int num_outputs() const noexcept override { return attention::num_outputs(p_); }
+
+  bool supports(std::span<const DType> dt) const noexcept override {
+    for (size_t i = 0; i < dt.size(); ++i) {
+      if (i == attention::kMask) {
+        const DType want = p_.mask == MaskKind::kBool       ? DType::kBool
+                           : p_.mask == MaskKind::kAdditive ? DType::kFloat32
+                                                            : DType::kUndefined;
+        if (dt[i] != want) return false;
+      } else if (dt[i] != DType::kFloat32) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  Status infer(std::span<const TensorDesc> inputs, std::span<TensorDesc> outputs) const noexcept override {
+    try {
+      KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+      KILN_ASSIGN_OR_RETURN(Geometry g, attention::validate_inputs(p_, inputs));
+      attention::output_descs(p_, g, outputs);
+      return Status::Ok();
+    } catch (const std::bad_alloc&) {
+      return Internal("kiln::Attention: out of memory in infer");
+    }
+  }
+
+  // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_).
+  size_t workspace_bytes(std::span<const TensorDesc> max_inputs) const noexcept override {
+    if (max_inputs.empty()) return 0;
+    const Shape& q = max_inputs[attention::kQ].shape;
+    int64_t Dh = 0;
+    if (p_.layout == Layout::kBSD && q.rank() == 3) Dh = q[2] / p_.num_heads;
+    if (p_.layout == Layout::kBHSD && q.rank() == 4) Dh = q[3];
+    return static_cast<size_t>(slots_) * attention::workspace_bytes_per_thread(Dh);
+  }
+
+  AttrMap fields() const noexcept override {
+    AttrMap f;
+    f["num_heads"] = Attribute::Int(p_.num_heads);
+    f["scale"] = Attribute::Float(p_.scale);
+    f["layout"] = Attribute::String(p_.layout == Layout::kBSD ? "bsd" : "bhsd");
+    static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
+    f["mask"] = Attribute::String(masks[static_cast<int>(p_.mask)]);
+    if (p_.mask == MaskKind::kBlockCausal) f["block"] = Attribute::Int(p_.block);
+    f["kv_cache"] = Attribute::Int(p_.kv_cache ? 1 : 0);
+    return f;
+  }
+
+  StatusOr<std::unique_ptr<PluginRun>> create_run() const noexcept override {
+    try {
+      return std::unique_ptr<PluginRun>(std::make_unique<AttentionRun>(p_, slots_));
+    } catch (const std::bad_alloc&) {
+      return Internal("kiln::Attention: out of memory creating the run");
+    }
+  }
+
+ private:
+  Params p_;
+  int slots_;
+};
+
+class AttentionCreator final : public PluginCreator {
+ public:
+  const char* name() const noexcept override { return "Attention"; }
+  const char* plugin_namespace() const noexcept override { return "kiln"; }
+  const char* version() const noexcept override { return "1"; }
+
+  std::vector<PluginFieldSpec> field_specs() const noexcept override {
+    using K = Attribute::Kind;
+    return {{"num_heads", K::kInt, true}, {"scale", K::kFloat, true},   {"layout", K::kString, false},
+            {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false}};
+  }
+
+  StatusOr<std::unique_ptr<PluginBuild>> create(const AttrMap& fields) const noexcept override {
+    try {
+      return create_impl(fields);
+    } catch (const std::bad_alloc&) {
+      return Internal("kiln::Attention: out of memory creating the plugin");
+    }
+  }
+
+ private:
+  StatusOr<std::unique_ptr<PluginBuild>> create_impl(const AttrMap& fields) const {
+    const std::vector<PluginFieldSpec> specs = field_specs();
+    for (const auto& [name, attr] : fields) {
+      const PluginFieldSpec* spec = nullptr;
+      for (const PluginFieldSpec& s : specs)
+        if (s.name == name) spec = &s;
+      if (!spec) return InvalidArgument("kiln::Attention: unknown field '" + name + "'");
+      if (attr.kind != spec->kind)
+        return InvalidArgument("kiln::Attention: field '" + name + "' must be of type " +
+                               attribute_kind_name(spec->kind) + ", got " + attribute_kind_name(attr.kind));
+    }
+    for (const PluginFieldSpec& s : specs)
+      if (s.required && !fields.count(s.name))
+        return InvalidArgument("kiln::Attention: required field '" + s.name + "' is missing");
+
+    Params p;
+    p.num_heads = fields.at("num_heads").i;
+    if (p.num_heads <= 0)
+      return InvalidArgument("kiln::Attention: field 'num_heads' = " + std::to_string(p.num_heads) + " must be > 0");
+    p.scale = fields.at("scale").f;
+    if (!std::isfinite(p.scale))
+      return InvalidArgument("kiln::Attention: field 'scale' = " + std::to_string(p.scale) + " must be finite");
+    if (auto it = fields.find("layout"); it != fields.end()) {
+      if (it->second.s == "bsd") p.layout = Layout::kBSD;
+      else if (it->second.s == "bhsd") p.layout = Layout::kBHSD;
+      else return InvalidArgument("kiln::Attention: field 'layout' = '" + it->second.s + "' is not bsd or bhsd");
+    }
+    if (auto it = fields.find("mask"); it != fields.end()) {
+      const std::string& m = it->second.s;
+      if (m == "none") p.mask = MaskKind::kNone;
+      else if (m == "bool") p.mask = MaskKind::kBool;
+      else if (m == "additive") p.mask = MaskKind::kAdditive;
+      else if (m == "causal") p.mask = MaskKind::kCausal;
+      else if (m == "block_causal") p.mask = MaskKind::kBlockCausal;
+      else
+        return InvalidArgument("kiln::Attention: field 'mask' = '" + m +
+                               "' is not one of none, bool, additive, causal, block_causal");
+    }
+    const auto block = fields.find("block");
+    if (p.mask == MaskKind::kBlockCausal) {
+      if (block == fields.end())
+        return InvalidArgument("kiln::Attention: field 'block' is required with mask = block_causal");
+      p.block = block->second.i;
+      if (p.block <= 0)
+        return InvalidArgument("kiln::Attention: field 'block' = " + std::to_string(p.block) + " must be > 0");
+    } else if (block != fields.end()) {
+      return InvalidArgument("kiln::Attention: field 'block' is only valid with mask = block_causal");
+    }
+    if (auto it = fields.find("kv_cache"); it != fields.end()) {
+      if (it->second.i != 0 && it->second.i != 1)
+        return InvalidArgument("kiln::Attention: field 'kv_cache' = " + std::to_string(it->second.i) +
+                               " must be 0 or 1");
+      p.kv_cache = it->second.i == 1;
+    }
+    return std::unique_ptr<PluginBuild>(std::make_unique<AttentionBuild>(p));
+  }
+};
+
+}  // namespace
+
+PluginCreator* attention_plugin_creator() {
+  static AttentionCreator creator;
+  return &creator;
+}
+
+}  // namespace kiln

@@ -1,0 +1,166 @@
+#include <cstring>
+#include <string>
+
+#include "plugins/attention/attention_common.h"
+
+namespace kiln::attention {
+namespace {
+
+const char* input_name(int i) {
+  static const char* const names[] = {"q", "k", "v", "mask", "k_cache", "v_cache"};
+  return names[i];
+}
+
+std::string input_label(int i) { return "input " + std::to_string(i) + " (" + input_name(i) + ")"; }
+
+Status check_float(std::span<const TensorDesc> in, int i) {
+  if (in[i].dtype != DType::kFloat32)
+    return InvalidArgument("kiln::Attention: " + input_label(i) + " must be float32, got " + dtype_name(in[i].dtype));
+  return Status::Ok();
+}
+
+// Checks a q/k/v/cache tensor against [B, S, H*Dh] (bsd) or [B, H, S, Dh] (bhsd) where every dim
+// but the sequence one is known; returns its sequence length. `seq` >= 0 also fixes that dim.
+StatusOr<int64_t> check_seq_tensor(const Params& p, const Geometry& g, std::span<const TensorDesc> in, int i,
+                                   int64_t seq) {
+  KILN_RETURN_IF_ERROR(check_float(in, i));
+  const Shape& s = in[i].shape;
+  const bool bsd = p.layout == Layout::kBSD;
+  const int rank = bsd ? 3 : 4;
+  if (s.rank() != rank)
+    return InvalidArgument("kiln::Attention: " + input_label(i) + " must have rank " + std::to_string(rank) + " (" +
+                           (bsd ? "bsd" : "bhsd") + " layout), got shape " + s.str());
+  const int seq_axis = bsd ? 1 : 2;
+  const int64_t S = seq >= 0 ? seq : s[seq_axis];
+  const Shape expect = bsd ? Shape{g.B, S, g.H * g.Dh} : Shape{g.B, g.H, S, g.Dh};
+  for (int d = 0; d < rank; ++d)
+    if (s[d] != expect[d])
+      return InvalidArgument("kiln::Attention: " + input_label(i) + " dim " + std::to_string(d) + " = " +
+                             std::to_string(s[d]) + ", expected " + std::to_string(expect[d]) + " (shape " + s.str() +
+                             ", expected " + expect.str() + ")");
+  return S;
+}
+
+}  // namespace
+
+RowStrides row_strides(Layout layout, int64_t S, int64_t H, int64_t Dh) {
+  if (layout == Layout::kBSD) return RowStrides{S * H * Dh, Dh, H * Dh};
+  return RowStrides{H * S * Dh, S * Dh, Dh};
+}
+
+int num_outputs(const Params& p) { return p.kv_cache ? 3 : 1; }
+
+StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> in) {
+  const size_t n = in.size();
+  if (p.kv_cache) {
+    if (n != 6)
+      return InvalidArgument("kiln::Attention with kv_cache = 1 expects 6 inputs (q, k, v, mask, k_cache, v_cache), got " +
+                             std::to_string(n));
+  } else if (n != 3 && n != 4) {
+    return InvalidArgument("kiln::Attention expects 3 or 4 inputs (q, k, v[, mask]), got " + std::to_string(n));
+  }
+  const bool wants_mask = p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive;
+  const bool has_mask = n > 3 && in[kMask].dtype != DType::kUndefined;
+  if (wants_mask && !has_mask)
+    return InvalidArgument(std::string("kiln::Attention: input 3 (mask) is required with mask = ") +
+                           (p.mask == MaskKind::kBool ? "bool" : "additive"));
+  if (!wants_mask && has_mask)
+    return InvalidArgument("kiln::Attention: input 3 (mask) is given but the mask field is not bool or additive");
+
+  Geometry g;
+  g.H = p.num_heads;
+  KILN_RETURN_IF_ERROR(check_float(in, kQ));
+  const Shape& q = in[kQ].shape;
+  if (p.layout == Layout::kBSD) {
+    if (q.rank() != 3)
+      return InvalidArgument("kiln::Attention: input 0 (q) must have rank 3 (bsd layout), got shape " + q.str());
+    if (q[2] % p.num_heads != 0)
+      return InvalidArgument("kiln::Attention: input 0 (q) dim 2 = " + std::to_string(q[2]) +
+                             " is not divisible by num_heads = " + std::to_string(p.num_heads));
+    g.B = q[0];
+    g.Sq = q[1];
+    g.Dh = q[2] / p.num_heads;
+  } else {
+    if (q.rank() != 4)
+      return InvalidArgument("kiln::Attention: input 0 (q) must have rank 4 (bhsd layout), got shape " + q.str());
+    if (q[1] != p.num_heads)
+      return InvalidArgument("kiln::Attention: input 0 (q) dim 1 = " + std::to_string(q[1]) +
+                             " must equal num_heads = " + std::to_string(p.num_heads));
+    g.B = q[0];
+    g.Sq = q[2];
+    g.Dh = q[3];
+  }
+  KILN_ASSIGN_OR_RETURN(g.Sk_new, check_seq_tensor(p, g, in, kK, -1));
+  KILN_RETURN_IF_ERROR(check_seq_tensor(p, g, in, kV, g.Sk_new).status());
+  if (p.kv_cache) {
+    KILN_ASSIGN_OR_RETURN(g.Sc, check_seq_tensor(p, g, in, kKCache, -1));
+    KILN_RETURN_IF_ERROR(check_seq_tensor(p, g, in, kVCache, g.Sc).status());
+  }
+
+  if (has_mask) {
+    const TensorDesc& m = in[kMask];
+    const DType want = p.mask == MaskKind::kBool ? DType::kBool : DType::kFloat32;
+    if (m.dtype != want)
+      return InvalidArgument("kiln::Attention: input 3 (mask) must be " + dtype_name(want) + " for mask = " +
+                             (p.mask == MaskKind::kBool ? "bool" : "additive") + ", got " + dtype_name(m.dtype));
+    const Shape target{g.B, g.H, g.Sq, g.Sk_total()};
+    if (m.shape.rank() > 4)
+      return InvalidArgument("kiln::Attention: input 3 (mask) shape " + m.shape.str() +
+                             " has rank above 4, not broadcastable to " + target.str());
+    const int r = m.shape.rank();
+    int64_t stride = 1;
+    for (int d = 3; d >= 0; --d) {
+      const int md = d - (4 - r);
+      if (md < 0) break;
+      const int64_t dim = m.shape[md];
+      if (dim != 1 && dim != target[d])
+        return InvalidArgument("kiln::Attention: input 3 (mask) dim " + std::to_string(md) + " = " +
+                               std::to_string(dim) + " is not broadcastable to " + std::to_string(target[d]) +
+                               " (mask shape " + m.shape.str() + ", target " + target.str() + ")");
+      g.mask_stride[d] = dim == 1 ? 0 : stride;
+      stride *= dim;
+    }
+  }
+  return g;
+}
+
+void output_descs(const Params& p, const Geometry& g, std::span<TensorDesc> out) {
+  auto seq_shape = [&](int64_t S) {
+    return p.layout == Layout::kBSD ? Shape{g.B, S, g.H * g.Dh} : Shape{g.B, g.H, S, g.Dh};
+  };
+  out[0] = TensorDesc{DType::kFloat32, seq_shape(g.Sq)};
+  if (p.kv_cache) {
+    out[1] = TensorDesc{DType::kFloat32, seq_shape(g.Sk_total())};
+    out[2] = out[1];
+  }
+}
+
+void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> in, std::span<const TensorView> out) {
+  const bool bsd = p.layout == Layout::kBSD;
+  // Both layouts are a sequence of `outer` independent [S, unit] blocks.
+  const int64_t outer = bsd ? g.B : g.B * g.H;
+  const int64_t unit = bsd ? g.H * g.Dh : g.Dh;
+  const size_t cache_seg = static_cast<size_t>(g.Sc * unit), new_seg = static_cast<size_t>(g.Sk_new * unit);
+  const size_t out_seg = cache_seg + new_seg;
+  for (int t = 0; t < 2; ++t) {
+    const float* cache = in[kKCache + t].as<const float>();
+    const float* fresh = in[kK + t].as<const float>();
+    float* dst = out[1 + t].as<float>();
+    const bool in_place = static_cast<const void*>(dst) == static_cast<const void*>(cache);
+    // Descending order: with an in-place spread, block o's destination lies above every source
+    // block below it, so no unread cache row is overwritten.
+    for (int64_t o = outer - 1; o >= 0; --o) {
+      float* d = dst + o * out_seg;
+      const float* c = cache + o * cache_seg;
+      if (cache_seg && d != c) {
+        if (in_place)
+          std::memmove(d, c, cache_seg * sizeof(float));
+        else
+          std::memcpy(d, c, cache_seg * sizeof(float));
+      }
+      if (new_seg) std::memmove(d + cache_seg, fresh + o * new_seg, new_seg * sizeof(float));
+    }
+  }
+}
+
+}  // namespace kiln::attention
