@@ -45,6 +45,7 @@ class Matcher {
   explicit Matcher(Graph& g) : g_(g) { refresh(); }
 
   void refresh() {
+    derived_.clear();
     consumers_.assign(g_.values.size(), {});
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       if (g_.nodes[i].removed) continue;
@@ -69,9 +70,44 @@ class Matcher {
   // Exactly one reader, which is not a graph output: the value may disappear with the chain.
   bool single_use(int v) const { return v >= 0 && consumers_[v].size() == 1 && !is_output_[v]; }
 
-  const std::optional<SymShape>& shape(int v) const { return g_.values[v].shape; }
-  int rank(int v) const { return shape(v) ? static_cast<int>(shape(v)->size()) : -1; }
-  Dim dim(int v, int axis) const {
+  // The value's shape; for a Slice whose bounds are only known as shape arithmetic (so shape
+  // inference left it unknown), computed from the bounds' sym_values.
+  const std::optional<SymShape>& shape(int v) {
+    if (g_.values[v].shape) return g_.values[v].shape;
+    auto it = derived_.find(v);
+    if (it != derived_.end()) return it->second;
+    return derived_[v] = slice_shape(v);
+  }
+
+  std::optional<SymShape> slice_shape(int v) {
+    Node* n = producer_op(v, "Slice");
+    if (!n || n->inputs.size() < 4 || !g_.values[n->inputs[0]].shape) return std::nullopt;
+    SymShape s = *g_.values[n->inputs[0]].shape;
+    auto st = dims_value(n->inputs[1]), en = dims_value(n->inputs[2]), ax = dims_value(n->inputs[3]);
+    if (!st || !en || !ax || st->size() != ax->size() || en->size() != ax->size()) return std::nullopt;
+    if (n->inputs.size() > 4 && n->inputs[4] >= 0) {
+      auto steps = dims_value(n->inputs[4]);
+      if (!steps) return std::nullopt;
+      for (const auto& d : *steps)
+        if (!d.is_known() || d.value != 1) return std::nullopt;
+    }
+    const int64_t r = static_cast<int64_t>(s.size());
+    for (size_t i = 0; i < ax->size(); ++i) {
+      if (!(*ax)[i].is_known() || !(*st)[i].is_known() || !(*en)[i].is_known()) return std::nullopt;
+      const int64_t a = (*ax)[i].value < 0 ? (*ax)[i].value + r : (*ax)[i].value;
+      if (a < 0 || a >= r || !s[a].is_known()) return std::nullopt;
+      const int64_t n_a = s[a].value;
+      int64_t b = (*st)[i].value, e = (*en)[i].value;
+      if (b < 0) b += n_a;
+      if (e < 0) e += n_a;
+      b = std::clamp<int64_t>(b, 0, n_a);
+      e = std::clamp<int64_t>(e, 0, n_a);
+      s[a] = Dim::known(std::max<int64_t>(0, e - b));
+    }
+    return s;
+  }
+  int rank(int v) { return shape(v) ? static_cast<int>(shape(v)->size()) : -1; }
+  Dim dim(int v, int axis) {
     const int r = rank(v);
     if (r < 0) return Dim{};
     if (axis < 0) axis += r;
@@ -143,6 +179,7 @@ class Matcher {
   }
 
   Graph& g_;
+  std::map<int, std::optional<SymShape>> derived_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;
 };
@@ -179,6 +216,8 @@ class SiteMatcher {
  private:
   [[noreturn]] static void fail(const std::string& r) { throw Fail{r}; }
   std::string vname(int v) const { return "'" + g_.values[v].name + "'"; }
+  // Unknown dtypes pass: shape inference leaves some unset, and the plugin checks at build time.
+  bool is_f32(int v) const { return !dtype_is_known(g_.values[v].dtype) || g_.values[v].dtype == DType::kFloat32; }
   void need_single(int v, const char* what) {
     if (!m_.single_use(v)) fail(std::string(what) + " " + vname(v) + " has other readers");
   }
@@ -190,20 +229,24 @@ class SiteMatcher {
     const int64_t axis = sm_.attrs.count("axis") ? sm_.attrs.at("axis").i : (g_.opset >= 13 ? -1 : 1);
     if (axis != -1 && !(m_.rank(x) > 0 && axis == m_.rank(x) - 1))
       fail("Softmax axis " + std::to_string(axis) + " is not the last axis");
-    if (g_.values[x].dtype != DType::kFloat32) fail("scores are not float32");
+    if (!is_f32(x)) fail("scores are not float32");
     take(f, &sm_);
 
     // Softmax -> MatMul with V.
     const int p = sm_.outputs[0];
-    if (!m_.single_use(p)) fail("Softmax output is read by more than one node (or is a graph output)");
-    Node& pv = g_.nodes[m_.consumers_[p][0]];
-    if (pv.op_type != "MatMul" || !pv.domain.empty() || pv.inputs.size() != 2 || pv.inputs[0] != p)
-      fail("Softmax output is not the left operand of a MatMul (no ·V)");
+    Node* pvp = nullptr;
+    for (int c : m_.consumers_[p]) {
+      Node& n = g_.nodes[c];
+      if (n.op_type == "MatMul" && n.domain.empty() && n.inputs.size() == 2 && n.inputs[0] == p) pvp = &n;
+    }
+    if (!pvp) fail("Softmax output is not the left operand of a MatMul (no ·V)");
+    if (!m_.single_use(p)) fail("Softmax output is also read by other nodes (or is a graph output)");
+    Node& pv = *pvp;
     take(f, &pv);
 
     // Softmax input back to QKᵀ: mask (Where/Add) after scale (Div/Mul), each applied once.
     int s = x;
-    bool seen_mask = false;
+    bool seen_mask = false, seen_scale = false;  // walking up: what is applied later is seen first
     Node* qk = nullptr;
     for (int step = 0; step < 4 && !qk; ++step) {
       need_single(s, "score value");
@@ -214,6 +257,7 @@ class SiteMatcher {
         qk = n;
       } else if (op == "Where" && n->inputs.size() == 3) {
         if (seen_mask) fail("two masks on the scores");
+        if (seen_scale) fail("the scores are scaled after the mask is applied");
         auto a = m_.scalar(n->inputs[1]), b = m_.scalar(n->inputs[2]);
         int cond = n->inputs[0];
         if (a && *a <= kMaskFillMax && !b) {
@@ -224,26 +268,27 @@ class SiteMatcher {
         } else {
           fail("Where on the scores does not fill with -inf or a very negative constant");
         }
-        if (g_.values[cond].dtype != DType::kBool) fail("Where condition is not bool");
+        if (dtype_is_known(g_.values[cond].dtype) && g_.values[cond].dtype != DType::kBool) fail("Where condition is not bool");
         f.mask = "bool";
         f.mask_value = cond;
         seen_mask = true;
         take(f, n);
       } else if (op == "Add" && n->inputs.size() == 2) {
         if (seen_mask) fail("two masks on the scores");
+        if (seen_scale) fail("the scores are scaled after the mask is applied");
         const int a = n->inputs[0], b = n->inputs[1];
         const bool a_scores = leads_to_matmul(a), b_scores = leads_to_matmul(b);
         if (a_scores == b_scores) fail("cannot tell the scores from the mask in " + g_.describe_node(*n));
         const int mask = a_scores ? b : a;
         if (m_.scalar(mask)) fail("Add of a scalar to the scores is not a mask");
-        if (g_.values[mask].dtype != DType::kFloat32) fail("additive mask is not float32");
+        if (!is_f32(mask)) fail("additive mask is not float32");
         f.mask = "additive";
         f.mask_value = mask;
         s = a_scores ? a : b;
         seen_mask = true;
         take(f, n);
       } else if (op == "Div" || op == "Mul") {
-        if (seen_mask) fail("the scores are scaled after the mask is applied");
+        seen_scale = true;
         s = peel_scale_node(f, n, s);
       } else {
         fail(g_.describe_node(*n) + " between the scores MatMul and the Softmax is not a scale or a mask");
@@ -441,7 +486,7 @@ class SiteMatcher {
     f.out = rm->outputs[0];
     set_kv(f, k_src, v_src, 1);
     for (int v : {f.q, f.k, f.v})
-      if (g_.values[v].dtype != DType::kFloat32) fail("q/k/v are not float32");
+      if (!is_f32(v)) fail("q/k/v are not float32");
   }
 
   void match_sbd(Fused& f, int a, int b, int vh, Node& pv) {
@@ -484,7 +529,7 @@ class SiteMatcher {
     take(f, to);
     f.out = to->outputs[0];
     for (int v : {f.q, f.k, f.v})
-      if (g_.values[v].dtype != DType::kFloat32) fail("q/k/v are not float32");
+      if (!is_f32(v)) fail("q/k/v are not float32");
   }
 
   void match_bhsd(Fused& f, int a, int b, int vh, Node& pv) {
@@ -508,7 +553,7 @@ class SiteMatcher {
     f.out = pv.outputs[0];
     set_kv(f, k4, vh, 2);
     for (int v : {f.q, f.k, f.v})
-      if (g_.values[v].dtype != DType::kFloat32) fail("q/k/v are not float32");
+      if (!is_f32(v)) fail("q/k/v are not float32");
     if (f.kv_cache)
       for (int v : {f.k, f.v, f.k_cache, f.v_cache})
         if (m_.rank(v) != 4) fail("K/V cache operands are not rank 4");
