@@ -14,6 +14,8 @@
 #include <cmath>
 #include <queue>
 #include <set>
+#include <map>
+#include <set>
 
 #include "builder/passes/pass.h"
 
@@ -70,42 +72,152 @@ class Matcher {
   // Exactly one reader, which is not a graph output: the value may disappear with the chain.
   bool single_use(int v) const { return v >= 0 && consumers_[v].size() == 1 && !is_output_[v]; }
 
-  // The value's shape; for a Slice whose bounds are only known as shape arithmetic (so shape
-  // inference left it unknown), computed from the bounds' sym_values.
+  // The value's shape; where shape inference left it unknown (symbolic slices, positions from
+  // Range, ...), derived here from the producers' operands, with unknown dims where needed.
   const std::optional<SymShape>& shape(int v) {
     if (g_.values[v].shape) return g_.values[v].shape;
     auto it = derived_.find(v);
     if (it != derived_.end()) return it->second;
-    return derived_[v] = slice_shape(v);
+    derived_[v] = std::nullopt;  // cuts cycles through malformed graphs
+    auto s = derive(v);
+    return derived_[v] = s;
   }
 
-  std::optional<SymShape> slice_shape(int v) {
-    Node* n = producer_op(v, "Slice");
-    if (!n || n->inputs.size() < 4 || !g_.values[n->inputs[0]].shape) return std::nullopt;
-    SymShape s = *g_.values[n->inputs[0]].shape;
-    auto st = dims_value(n->inputs[1]), en = dims_value(n->inputs[2]), ax = dims_value(n->inputs[3]);
-    if (!st || !en || !ax || st->size() != ax->size() || en->size() != ax->size()) return std::nullopt;
-    if (n->inputs.size() > 4 && n->inputs[4] >= 0) {
-      auto steps = dims_value(n->inputs[4]);
-      if (!steps) return std::nullopt;
-      for (const auto& d : *steps)
-        if (!d.is_known() || d.value != 1) return std::nullopt;
-    }
-    const int64_t r = static_cast<int64_t>(s.size());
-    for (size_t i = 0; i < ax->size(); ++i) {
-      if (!(*ax)[i].is_known() || !(*st)[i].is_known() || !(*en)[i].is_known()) return std::nullopt;
-      const int64_t a = (*ax)[i].value < 0 ? (*ax)[i].value + r : (*ax)[i].value;
-      if (a < 0 || a >= r || !s[a].is_known()) return std::nullopt;
-      const int64_t n_a = s[a].value;
-      int64_t b = (*st)[i].value, e = (*en)[i].value;
-      if (b < 0) b += n_a;
-      if (e < 0) e += n_a;
-      b = std::clamp<int64_t>(b, 0, n_a);
-      e = std::clamp<int64_t>(e, 0, n_a);
-      s[a] = Dim::known(std::max<int64_t>(0, e - b));
-    }
-    return s;
+  static Dim merge_broadcast(const std::vector<Dim>& ds) {
+    for (const auto& d : ds)
+      if (d.is_known() && d.value != 1) return d;
+    bool all_one = true;
+    for (const auto& d : ds) all_one &= d.is_known() && d.value == 1;
+    if (all_one) return Dim::known(1);
+    std::vector<Dim> rest;
+    for (const auto& d : ds)
+      if (!(d.is_known() && d.value == 1)) rest.push_back(d);
+    for (const auto& d : rest)
+      if (!(d == rest[0])) return Dim{};
+    return rest.empty() ? Dim{} : rest[0];
   }
+
+  std::optional<SymShape> broadcast_of(const std::vector<int>& vs) {
+    std::vector<SymShape> ss;
+    size_t r = 0;
+    for (int v : vs) {
+      if (v < 0) continue;
+      auto s = shape(v);
+      if (!s) return std::nullopt;
+      ss.push_back(*s);
+      r = std::max(r, s->size());
+    }
+    SymShape out(r);
+    for (size_t i = 0; i < r; ++i) {
+      std::vector<Dim> ds;
+      for (const auto& s : ss)
+        if (i + s.size() >= r) ds.push_back(s[i + s.size() - r]);
+      out[i] = merge_broadcast(ds);
+    }
+    return out;
+  }
+
+  std::optional<SymShape> derive(int v) {
+    Node* n = producer(v);
+    if (!n || !n->domain.empty() || n->inputs.empty() || n->inputs[0] < 0) return std::nullopt;
+    static const std::set<std::string> kSame = {"LayerNormalization", "Softmax", "Relu", "Gelu", "Erf", "Tanh",
+                                                "Sigmoid", "Neg", "Sqrt", "Exp", "Cast", "Not", "Identity"};
+    static const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Where"};
+    const std::string& op = n->op_type;
+    if (kSame.count(op)) return shape(n->inputs[0]);
+    if (kBroadcast.count(op)) return broadcast_of(n->inputs);
+    auto x = shape(n->inputs[0]);
+    if (!x) return std::nullopt;
+    const int64_t r = static_cast<int64_t>(x->size());
+    if (op == "MatMul" && n->inputs.size() == 2 && n->inputs[1] >= 0) {
+      auto y = shape(n->inputs[1]);
+      if (!y || x->size() < 2 || y->size() < 2) return std::nullopt;
+      SymShape a(x->begin(), x->end() - 2), b(y->begin(), y->end() - 2);
+      SymShape out;
+      const size_t br = std::max(a.size(), b.size());
+      for (size_t i = 0; i < br; ++i) {
+        std::vector<Dim> ds;
+        if (i + a.size() >= br) ds.push_back(a[i + a.size() - br]);
+        if (i + b.size() >= br) ds.push_back(b[i + b.size() - br]);
+        out.push_back(merge_broadcast(ds));
+      }
+      out.push_back((*x)[x->size() - 2]);
+      out.push_back(y->back());
+      return out;
+    }
+    if (op == "Transpose") {
+      auto p = perm(*n);
+      if (!p || static_cast<int64_t>(p->size()) != r) return std::nullopt;
+      SymShape out;
+      for (int64_t i : *p) {
+        if (i < 0 || i >= r) return std::nullopt;
+        out.push_back((*x)[i]);
+      }
+      return out;
+    }
+    if (op == "Concat" && n->attrs.count("axis")) {
+      int64_t a = n->attrs.at("axis").i;
+      if (a < 0) a += r;
+      if (a < 0 || a >= r) return std::nullopt;
+      SymShape out = *x;
+      out[a] = Dim{};
+      return out;
+    }
+    if (op == "Split" && n->attrs.count("axis") && n->inputs.size() > 1) {
+      int64_t a = n->attrs.at("axis").i;
+      if (a < 0) a += r;
+      auto sizes = dims_value(n->inputs[1]);
+      if (a < 0 || a >= r || !sizes || sizes->size() != n->outputs.size()) return std::nullopt;
+      SymShape out = *x;
+      for (size_t i = 0; i < n->outputs.size(); ++i)
+        if (n->outputs[i] == v) out[a] = (*sizes)[i];
+      return out;
+    }
+    if (op == "Reshape" && n->inputs.size() > 1) {
+      auto t = dims_value(n->inputs[1]);
+      if (!t) return std::nullopt;
+      const bool allowzero = n->attrs.count("allowzero") && n->attrs.at("allowzero").i;
+      SymShape out = *t;
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].is_known() && out[i].value == 0 && !allowzero) out[i] = i < x->size() ? (*x)[i] : Dim{};
+        else if (out[i].is_known() && out[i].value < 0) out[i] = Dim{};
+      }
+      return out;
+    }
+    if (op == "Slice" && n->inputs.size() >= 4) {
+      SymShape s = *x;
+      auto st = dims_value(n->inputs[1]), en = dims_value(n->inputs[2]), ax = dims_value(n->inputs[3]);
+      if (!ax) return std::nullopt;
+      bool unit_steps = true;
+      if (n->inputs.size() > 4 && n->inputs[4] >= 0) {
+        auto steps = dims_value(n->inputs[4]);
+        if (!steps) unit_steps = false;
+        else
+          for (const auto& d : *steps) unit_steps &= d.is_known() && d.value == 1;
+      }
+      for (size_t i = 0; i < ax->size(); ++i) {
+        if (!(*ax)[i].is_known()) return std::nullopt;
+        const int64_t a = (*ax)[i].value < 0 ? (*ax)[i].value + r : (*ax)[i].value;
+        if (a < 0 || a >= r) return std::nullopt;
+        s[a] = Dim{};
+      }
+      // Sliced axes whose bounds and input dim are known get their size.
+      for (size_t i = 0; unit_steps && st && en && i < ax->size() && st->size() == ax->size() && en->size() == ax->size(); ++i) {
+        const int64_t a = (*ax)[i].value < 0 ? (*ax)[i].value + r : (*ax)[i].value;
+        if (!(*x)[a].is_known() || !(*st)[i].is_known() || !(*en)[i].is_known()) continue;
+        const int64_t n_a = (*x)[a].value;
+        int64_t b = (*st)[i].value, e = (*en)[i].value;
+        if (b < 0) b += n_a;
+        if (e < 0) e += n_a;
+        b = std::clamp<int64_t>(b, 0, n_a);
+        e = std::clamp<int64_t>(e, 0, n_a);
+        s[a] = Dim::known(std::max<int64_t>(0, e - b));
+      }
+      return s;
+    }
+    return std::nullopt;
+  }
+
   int rank(int v) { return shape(v) ? static_cast<int>(shape(v)->size()) : -1; }
   Dim dim(int v, int axis) {
     const int r = rank(v);
@@ -301,13 +413,32 @@ class SiteMatcher {
     int b = peel_scales(f, qk->inputs[1]);
     const int vh = pv.inputs[1];
 
-    // Pick the layout from how q reaches the MatMul.
+    // q split into heads by Reshape+Transpose suggests bsd (or sequence-first); GPT-2 splits q
+    // that way too but concatenates K/V caches per head, so [B,H,S,Dh] is tried next.
+    const Fused before = f;
+    std::string first;
+    auto attempt = [&](auto&& fn) {
+      try {
+        fn();
+        return true;
+      } catch (const Fail& e) {
+        first = e.reason;
+        f = before;
+        return false;
+      }
+    };
+    bool done = false;
     if (Node* tq = m_.transpose_of(a, {0, 2, 1, 3}); tq && m_.producer_op(tq->inputs[0], "Reshape"))
-      match_bsd(f, a, b, vh, pv);
+      done = attempt([&] { match_bsd(f, a, b, vh, pv); });
     else if (Node* tq3 = m_.transpose_of(a, {1, 0, 2}); tq3 && m_.producer_op(tq3->inputs[0], "Reshape"))
-      match_sbd(f, a, b, vh, pv);
-    else
-      match_bhsd(f, a, b, vh, pv);
+      done = attempt([&] { match_sbd(f, a, b, vh, pv); });
+    if (!done) {
+      try {
+        match_bhsd(f, a, b, vh, pv);
+      } catch (const Fail& e) {
+        fail(first.empty() ? e.reason : first + " (as [B,H,S,Dh]: " + e.reason + ")");
+      }
+    }
     if (f.mask == "bool") resolve_bool_mask(f);
     check_mask_shape(f, x);
     if (!std::isfinite(f.scale) || f.scale == 0) fail("scale is not a finite non-zero number");
