@@ -127,6 +127,9 @@ class Matcher {
     if (kSame.count(op)) return shape(n->inputs[0]);
     if (kBroadcast.count(op)) return broadcast_of(n->inputs);
     auto x = shape(n->inputs[0]);
+    if (!x && op == "Concat")  // e.g. an Expand'ed class token first: any operand gives the rank
+      for (size_t i = 1; i < n->inputs.size() && !x; ++i)
+        if (n->inputs[i] >= 0) x = shape(n->inputs[i]);
     if (!x) return std::nullopt;
     const int64_t r = static_cast<int64_t>(x->size());
     if (op == "MatMul" && n->inputs.size() == 2 && n->inputs[1] >= 0) {
@@ -236,6 +239,43 @@ class Matcher {
     return t && perm(*t) == p ? t : nullptr;
   }
 
+  // (value, axis) when `v` is one dim of a value's shape: Shape(x)[i] via Gather or a one-element
+  // Slice, through Squeeze/Unsqueeze/Cast.
+  std::optional<std::pair<int, int>> dim_ref(int v, int depth = 0) {
+    Node* n = producer(v);
+    if (!n || !n->domain.empty() || n->inputs.empty() || depth > 6) return std::nullopt;
+    const std::string& op = n->op_type;
+    if (op == "Squeeze" || op == "Unsqueeze" || op == "Cast") return dim_ref(n->inputs[0], depth + 1);
+    if (op != "Slice" && op != "Gather") return std::nullopt;
+    Node* sh = producer_op(n->inputs[0], "Shape");
+    if (!sh || sh->attrs.count("start") || sh->attrs.count("end") || sh->inputs.empty()) return std::nullopt;
+    const int x = sh->inputs[0];
+    const int r = rank(x);
+    if (r < 0) return std::nullopt;
+    int64_t i = 0;
+    if (op == "Gather") {
+      auto idx = dims_value(n->inputs[1]);
+      if (!idx || idx->size() != 1 || !(*idx)[0].is_known() || (n->attrs.count("axis") && n->attrs.at("axis").i != 0))
+        return std::nullopt;
+      i = (*idx)[0].value;
+    } else {
+      if (n->inputs.size() < 3) return std::nullopt;
+      auto st = dims_value(n->inputs[1]), en = dims_value(n->inputs[2]);
+      if (!st || !en || st->size() != 1 || en->size() != 1 || !(*st)[0].is_known() || !(*en)[0].is_known())
+        return std::nullopt;
+      if (n->inputs.size() > 4 && n->inputs[4] >= 0) return std::nullopt;
+      int64_t b = (*st)[0].value, e = (*en)[0].value;
+      if (b < 0) b += r;
+      if (e < 0) e += r;
+      e = std::min<int64_t>(e, r);
+      if (e != b + 1) return std::nullopt;
+      i = b;
+    }
+    if (i < 0) i += r;
+    if (i < 0 || i >= r) return std::nullopt;
+    return std::make_pair(x, static_cast<int>(i));
+  }
+
   // The value of a scalar computed from constants and known dims (e.g. GPT-2's
   // Pow(Cast(Shape(v)[-1]), 0.5)); nullopt when it is not provably one number.
   std::optional<double> scalar(int v, int depth = 0) {
@@ -258,6 +298,11 @@ class Matcher {
         if (to != DType::kFloat32 && to != DType::kFloat64 && *x != std::floor(*x)) return std::nullopt;
       }
       return x;
+    }
+    if ((op == "Slice" || op == "Gather") && n->inputs.size() >= 2) {
+      if (auto d = dim_ref(v); d && dim(d->first, d->second).is_known())
+        return static_cast<double>(dim(d->first, d->second).value);
+      return std::nullopt;
     }
     if (op == "Sqrt") {
       auto x = scalar(n->inputs[0], depth + 1);
@@ -727,6 +772,7 @@ class SiteMatcher {
     seq_first_ = f.seq_first;
     q4_ = q3_ = f.q;
     k_total_ = f.kv_cache ? f.k_all : f.k;
+    v_total_ = f.kv_cache ? f.v_all : f.v;
     if (is_causal(f.mask_value)) {
       f.mask = "causal";
       f.mask_value = -1;
@@ -761,13 +807,13 @@ class SiteMatcher {
       return true;
     }
     // bias[..., Sk-Sq:Sk, :Sk] of a lower-triangular ones buffer, as one or two Slices.
-    std::map<int64_t, std::pair<Dim, Dim>> bounds;  // axis -> (start, end)
+    std::map<int64_t, std::pair<int, int>> bounds;  // axis -> (start, end) values
     int v = m;
     for (int d = 0; d < 2 && !g_.values[v].is_constant(); ++d) {
       Node* n = m_.producer_op(v, "Slice");
       if (!n || n->inputs.size() < 4) return false;
-      auto st = m_.dims_value(n->inputs[1]), en = m_.dims_value(n->inputs[2]), ax = m_.dims_value(n->inputs[3]);
-      if (!st || !en || !ax || st->size() != ax->size() || en->size() != ax->size()) return false;
+      auto ax = m_.dims_value(n->inputs[3]);
+      if (!ax || ax->size() != 1) return false;  // one axis per Slice, as the exporter writes it
       if (n->inputs.size() > 4 && n->inputs[4] >= 0) {
         auto steps = m_.dims_value(n->inputs[4]);
         if (!steps) return false;
@@ -779,7 +825,7 @@ class SiteMatcher {
         if (!(*ax)[i].is_known() || r < 0) return false;
         int64_t a = (*ax)[i].value < 0 ? (*ax)[i].value + r : (*ax)[i].value;
         if (bounds.count(a)) return false;
-        bounds[a] = {(*st)[i], (*en)[i]};
+        bounds[a] = {n->inputs[1], n->inputs[2]};
       }
       v = n->inputs[0];
     }
@@ -789,7 +835,28 @@ class SiteMatcher {
     if (bs[0] != 1 || bs[1] != 1 || !bounds.count(2) || !bounds.count(3) || !is_tril_ones(bias)) return false;
     auto [rs, re] = bounds[2];
     auto [cs, ce] = bounds[3];
-    return same_dim(rs, sub_dim(sk, sq)) && same_dim(re, sk) && cs.is_known() && cs.value == 0 && same_dim(ce, sk);
+    auto zero = m_.dims_value(cs);
+    return is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 &&
+           (*zero)[0].is_known() && (*zero)[0].value == 0 && is_len(ce, sk, 1);
+  }
+
+  // Whether one-element `v` is `expect` (by value, or symbolically as the exporter computes it:
+  // which = 1 key length, 0 query length, -1 key length - query length).
+  bool is_len(int v, const Dim& expect, int which) {
+    if (auto d = m_.dims_value(v); d && d->size() == 1 && same_dim((*d)[0], expect)) return true;
+    if (which < 0) {
+      Node* n = m_.producer(v);
+      while (n && n->domain.empty() && (n->op_type == "Unsqueeze" || n->op_type == "Squeeze" || n->op_type == "Cast"))
+        n = m_.producer(n->inputs[0]);
+      return n && n->domain.empty() && n->op_type == "Sub" && n->inputs.size() == 2 && is_len(n->inputs[0], Dim{}, 1) &&
+             is_len(n->inputs[1], Dim{}, 0);
+    }
+    auto ref = m_.dim_ref(v);
+    if (!ref) return false;
+    const int seq_axis = f_layout_bhsd_ ? 2 : (seq_first_ ? 0 : 1);
+    if (ref->second != seq_axis) return false;
+    if (which == 1) return ref->first == k_total_ || ref->first == v_total_;
+    return ref->first == q4_;
   }
 
   // The mask broadcasts into the scores without enlarging them.
@@ -832,7 +899,7 @@ class SiteMatcher {
   Graph& g_;
   Node& sm_;
   bool f_layout_bhsd_ = false, seq_first_ = false;
-  int q4_ = -1, q3_ = -1, k_total_ = -1;
+  int q4_ = -1, q3_ = -1, k_total_ = -1, v_total_ = -1;
 };
 
 // A Softmax whose input comes (through scale/mask ops) from a MatMul.
@@ -1018,6 +1085,9 @@ Status attention_fusion(Graph& g, PassContext& ctx) {
       ctx.log.push_back("attention_fusion: Softmax '" + softmax + "' not fused: " + reason);
       continue;
     }
+    // Taken-over values keep a shape for later passes even where inference left it unknown.
+    for (int v : {f.out, f.k_all, f.v_all})
+      if (v >= 0 && !g.values[v].shape) g.values[v].shape = m.shape(v);
     const std::string fused = emit(g, softmax, f);
     m.refresh();
     changed = true;
