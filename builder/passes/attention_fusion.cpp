@@ -75,11 +75,17 @@ class Matcher {
   // The value's shape; where shape inference left it unknown (symbolic slices, positions from
   // Range, ...), derived here from the producers' operands, with unknown dims where needed.
   const std::optional<SymShape>& shape(int v) {
-    if (g_.values[v].shape) return g_.values[v].shape;
+    const auto& own = g_.values[v].shape;
+    if (own && std::all_of(own->begin(), own->end(), [](const Dim& d) { return d.is_known() || d.is_symbol(); }))
+      return own;
     auto it = derived_.find(v);
     if (it != derived_.end()) return it->second;
-    derived_[v] = std::nullopt;  // cuts cycles through malformed graphs
+    derived_[v] = own;  // cuts cycles through malformed graphs
     auto s = derive(v);
+    if (own && s && s->size() == own->size())  // fill the dims inference left unknown
+      for (size_t i = 0; i < s->size(); ++i)
+        if ((*own)[i].is_known() || (*own)[i].is_symbol()) (*s)[i] = (*own)[i];
+    if (own && (!s || s->size() != own->size())) s = own;
     return derived_[v] = s;
   }
 
