@@ -11,10 +11,19 @@
 
 namespace kiln {
 
+// One attention-like site (a Softmax fed by a MatMul) seen by attention_fusion.
+struct AttentionSite {
+  std::string softmax;     // the Softmax node's name
+  std::string fused_node;  // the kiln::Attention node that replaced it; empty when not fused
+  std::string reason;      // why it was not fused; empty when fused
+};
+
 struct PassContext {
   std::set<std::string> disabled;     // pass names to skip
   std::vector<std::string> log;       // one line per rewrite worth reporting
   int64_t max_folded_bytes = 64 << 20;  // constant folding never materializes a bigger tensor
+  std::vector<AttentionSite> attention_sites;  // filled by attention_fusion, for build reports
+  bool attention_required = false;   // an attention site left unfused is an error
 };
 
 struct Pass {
@@ -33,6 +42,7 @@ std::vector<std::string> pass_names();
 Status identity_elimination(Graph& g, PassContext& ctx);
 Status shape_inference(Graph& g, PassContext& ctx);
 Status constant_folding(Graph& g, PassContext& ctx);
+Status attention_fusion(Graph& g, PassContext& ctx);
 Status dead_node_elimination(Graph& g, PassContext& ctx);
 
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from

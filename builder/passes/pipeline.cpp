@@ -14,6 +14,11 @@ const std::vector<Pass>& pass_pipeline() {
        "evaluate nodes whose inputs are constant, and Shape/Size of values whose shape is known, so the "
        "Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
        constant_folding},
+      {"attention_fusion",
+       "replace each exported attention subgraph (QK^T, scale, mask, Softmax, .V, with its head split/merge and "
+       "KV-cache Concats) by one kiln::Attention node, which never materializes the score matrix; after folding so "
+       "shape-derived operands (reshape targets, scales, causal slices) are constants where shapes allow",
+       attention_fusion},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };
   return passes;
