@@ -124,7 +124,11 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   for (const auto& [name, gen] : cfg.inputs)
     if (!result.input_dtypes.count(name)) return InvalidArgument(cfg.config_path + ": inputs names '" + name + "', which the model does not have");
 
-  const std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
+  std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
+  // fusions: {attention: required | auto | off}
+  const auto attention_mode = cfg.fusions.count("attention") ? cfg.fusions.at("attention") : std::string("auto");
+  if (attention_mode == "off") disabled.insert("attention_fusion");
+  const bool attention_required = attention_mode == "required";
   std::vector<std::shared_ptr<const Plan>> plans;
   for (size_t i = 0; i < cfg.profiles.size(); ++i) {
     const ProfileConfig& pc = cfg.profiles[i];
@@ -138,7 +142,13 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     progress(step + "building plan");
     BuiltProfile bp;
     bp.profile = *resolved;
-    KILN_ASSIGN_OR_RETURN(bp.plan, build_profile_plan(graph, *resolved, disabled, &bp.pass_log));
+    KILN_ASSIGN_OR_RETURN(bp.plan, build_profile_plan(graph, *resolved, disabled, &bp.pass_log, attention_required, &bp.attention_sites));
+    size_t fused = 0;
+    for (const auto& site : bp.attention_sites) fused += site.fused_node.empty() ? 0 : 1;
+    progress(step + "attention fusion: " + std::to_string(fused) + " of " + std::to_string(bp.attention_sites.size()) +
+             " attention sites fused" + (disabled.count("attention_fusion") ? " (fusions.attention: off)" : ""));
+    for (const auto& site : bp.attention_sites)
+      if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
     st = configure_plugins(graph, *resolved, disabled, *bp.plan);
     if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
     progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));

@@ -17,6 +17,7 @@ struct BuiltProfile {
   ResolvedProfile profile;
   std::shared_ptr<Plan> plan;
   std::vector<std::string> pass_log;
+  std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
 };
 
 struct BuildResult {

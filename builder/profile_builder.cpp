@@ -105,7 +105,8 @@ Status check_profile_against_graph(const Graph& g, const ResolvedProfile& p) {
 }
 
 StatusOr<std::shared_ptr<Plan>> build_profile_plan(const Graph& g, const ResolvedProfile& p,
-                                                   const std::set<std::string>& disabled_passes, std::vector<std::string>* log) {
+                                                   const std::set<std::string>& disabled_passes, std::vector<std::string>* log,
+                                                   bool attention_required, std::vector<AttentionSite>* sites) {
   Graph copy = g;
   // Fix what the profile fixes; ranged dims keep their symbols.
   std::map<std::string, Shape> fixed;
@@ -129,8 +130,10 @@ StatusOr<std::shared_ptr<Plan>> build_profile_plan(const Graph& g, const Resolve
         if (d.is_symbol() && fixed_symbols.count(d.symbol)) d = Dim::known(fixed_symbols[d.symbol]);
   PassContext ctx;
   ctx.disabled = disabled_passes;
-  KILN_RETURN_IF_ERROR(run_pass_pipeline(copy, ctx));
+  ctx.attention_required = attention_required;
+  KILN_RETURN_IF_ERROR(run_pass_pipeline(copy, ctx).with_context("profile '" + p.name + "'"));
   if (log) *log = ctx.log;
+  if (sites) *sites = ctx.attention_sites;
   KILN_ASSIGN_OR_RETURN(auto plan, lower_to_plan(copy));
   plan->profile = p.name;
   for (int v : plan->inputs) {

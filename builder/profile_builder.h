@@ -10,6 +10,7 @@
 
 #include "builder/build_config.h"
 #include "builder/graph.h"
+#include "builder/passes/pass.h"
 #include "runtime/plan.h"
 
 namespace kiln {
@@ -40,8 +41,11 @@ Status check_profile_against_graph(const Graph& g, const ResolvedProfile& p);
 
 // Builds the profile's plan: dims fixed by the profile (min == max) become constants, so their
 // shape subgraphs fold; ranged dims stay symbolic and are resolved at run time.
+// `attention_required`: an attention-like site the fusion pass cannot fuse fails the build.
+// `sites` (optional) receives every attention-like site, fused or not (with the reason).
 StatusOr<std::shared_ptr<Plan>> build_profile_plan(const Graph& g, const ResolvedProfile& p,
                                                    const std::set<std::string>& disabled_passes,
-                                                   std::vector<std::string>* log = nullptr);
+                                                   std::vector<std::string>* log = nullptr, bool attention_required = false,
+                                                   std::vector<AttentionSite>* sites = nullptr);
 
 }  // namespace kiln

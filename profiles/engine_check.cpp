@@ -59,6 +59,28 @@ StatusOr<double> max_abs_diff(const TensorView& a, const TensorView& b, const st
   return m;
 }
 
+// {"attention": N, "sites": [{"node", "softmax", "replaced": [...]}], "unfused": [{"softmax", "reason"}]}
+std::string fusions_json(const BuiltProfile& bp) {
+  std::ostringstream os;
+  size_t fused = 0;
+  for (const auto& s : bp.attention_sites) fused += s.fused_node.empty() ? 0 : 1;
+  os << "{\"attention\": " << fused << ", \"sites\": [";
+  size_t k = 0;
+  for (const auto& step : bp.plan->steps) {
+    if (step.domain != "kiln" || step.op_type != "Attention") continue;
+    os << (k++ ? ", " : "") << "{\"node\": " << json_string(step.name) << ", \"replaced\": [";
+    for (size_t r = 0; r < step.replaced_nodes.size(); ++r) os << (r ? ", " : "") << json_string(step.replaced_nodes[r]);
+    os << "]}";
+  }
+  os << "], \"unfused\": [";
+  k = 0;
+  for (const auto& s : bp.attention_sites)
+    if (s.fused_node.empty())
+      os << (k++ ? ", " : "") << "{\"softmax\": " << json_string(s.softmax) << ", \"reason\": " << json_string(s.reason) << "}";
+  os << "]}";
+  return os.str();
+}
+
 }  // namespace
 
 StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
@@ -149,10 +171,18 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   os << "  \"machine\": {\"hardware_threads\": " << std::thread::hardware_concurrency() << ", \"omp_threads\": " << omp_get_max_threads()
      << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default") << "},\n";
+  os << "  \"fusions\": {\"attention\": {";
+  for (size_t i = 0; i < built.profiles.size(); ++i) {
+    size_t fused = 0;
+    for (const auto& s : built.profiles[i].attention_sites) fused += s.fused_node.empty() ? 0 : 1;
+    os << (i ? ", " : "") << json_string(built.profiles[i].profile.name) << ": " << fused;
+  }
+  os << "}},\n";
   os << "  \"profiles\": {";
   for (size_t i = 0; i < checks.size(); ++i) {
     const ProfileCheck& c = checks[i];
     os << (i ? "," : "") << "\n    " << json_string(c.profile) << ": {";
+    os << "\"fusions\": " << fusions_json(built.profiles[i]) << ", ";
     os << "\"validated_at\": [";
     for (size_t p = 0; p < c.points.size(); ++p) os << (p ? ", " : "") << json_string(c.points[p]);
     os << "], \"engine_vs_plan_max_abs_diff\": " << fmt(c.max_abs_diff) << ", \"opt_shapes\": {";
