@@ -3,13 +3,14 @@
 // done by onnxruntime-node (CPU execution provider), so both engines see the same model and inputs.
 //
 //   node ort_bench.js MODEL.onnx --input NAME=FILE.npy ... [--threads T] [--warmup W] [--iterations N]
-//       [--json FILE] [--output-dir DIR]
+//       [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...]
 //
 // Session: intraOpNumThreads T (default 2), interOpNumThreads 1, sequential execution, graph
 // optimization level 'all'. Runs W warm-ups (default 1, like engine-run) then N timed runs (default 10)
 // and prints/writes {"latency_ms": {min, p50, p90, p99, max, mean}, "iterations": N, ...}, with the same
 // nearest-rank percentiles as kiln's profiles/latency_stats.cpp. --output-dir writes each output as
-// DIR/<name>.npy (name sanitized as engine-run does) for comparing the two engines' results.
+// DIR/<name>.npy (name sanitized as engine-run does) for comparing the two engines' results. --config adds an
+// ORT session config entry (onnxruntime_session_options_config_keys.h), e.g. session.intra_op.allow_spinning=0.
 'use strict';
 
 const fs = require('fs');
@@ -17,7 +18,7 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 
 const USAGE = 'usage: node ort_bench.js MODEL.onnx --input NAME=FILE.npy ... [--threads T] [--warmup W] ' +
-    '[--iterations N] [--json FILE] [--output-dir DIR]';
+    '[--iterations N] [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...]';
 
 // npy descr -> [ORT tensor type, typed array constructor, bytes per element].
 const NPY_TYPES = {
@@ -34,7 +35,7 @@ function fail(msg) {
 }
 
 function parseArgs(argv) {
-  const a = {model: null, inputs: [], threads: 2, warmup: 1, iterations: 10, json: null, outputDir: null};
+  const a = {model: null, inputs: [], threads: 2, warmup: 1, iterations: 10, json: null, outputDir: null, config: {}};
   const intArg = (flag, v, min) => {
     const n = Number(v);
     if (v === undefined || !Number.isInteger(n) || n < min) fail(`${flag} needs an integer >= ${min}, got '${v}'`);
@@ -51,6 +52,11 @@ function parseArgs(argv) {
       const eq = spec.indexOf('=');
       if (eq <= 0) fail(`--input '${spec}': expected NAME=FILE.npy`);
       a.inputs.push([spec.slice(0, eq), spec.slice(eq + 1)]);
+    } else if (s === '--config') {
+      const spec = next();
+      const eq = spec.indexOf('=');
+      if (eq <= 0) fail(`--config '${spec}': expected KEY=VALUE`);
+      a.config[spec.slice(0, eq)] = spec.slice(eq + 1);
     } else if (s === '--threads') a.threads = intArg(s, next(), 1);
     else if (s === '--warmup') a.warmup = intArg(s, next(), 0);
     else if (s === '--iterations') a.iterations = intArg(s, next(), 1);
@@ -139,6 +145,19 @@ async function main() {
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
   };
+  // The Node binding takes config entries as a nested object whose path is the dotted key.
+  if (Object.keys(a.config).length > 0) {
+    options.extra = {};
+    for (const [key, value] of Object.entries(a.config)) {
+      const parts = key.split('.');
+      let o = options.extra;
+      for (const p of parts.slice(0, -1)) {
+        if (typeof o[p] !== 'object') o[p] = {};
+        o = o[p];
+      }
+      o[parts[parts.length - 1]] = value;
+    }
+  }
   const t0 = process.hrtime.bigint();
   const session = await ort.InferenceSession.create(a.model, options);
   const loadMs = Number(process.hrtime.bigint() - t0) / 1e6;
@@ -165,7 +184,7 @@ async function main() {
   }
   const st = stats(samples);
   const result = {latency_ms: st, iterations: a.iterations, warmup: a.warmup, threads: a.threads,
-    session_create_ms: Math.round(loadMs * 10) / 10, ort_version: ort.env.versions.common};
+    session_create_ms: Math.round(loadMs * 10) / 10, ort_version: ort.env.versions.common, config: a.config};
   console.log(`latency over ${a.iterations} iterations (after ${a.warmup} warm-up): min ${st.min.toFixed(3)} ms  ` +
       `p50 ${st.p50.toFixed(3)} ms  p90 ${st.p90.toFixed(3)} ms  p99 ${st.p99.toFixed(3)} ms  ` +
       `max ${st.max.toFixed(3)} ms  mean ${st.mean.toFixed(3)} ms`);

@@ -2,6 +2,7 @@
 """Peer benchmark: ONNX Runtime (onnxruntime-node, CPU) against kiln's engine-run on kiln's full-size models.
 
   /usr/bin/python3 bench/run_peer_bench.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
+      [--kiln-env NAME=VALUE ...] [--ort-config KEY=VALUE ...] [--results FILE] [--markdown FILE]
 
 For each workload (model/profile) both engines get the same .onnx and the same input .npy files, and run
 IN ALTERNATION: round r runs ORT (1 warm-up + N timed runs), then kiln (engine-run: build for the input
@@ -14,6 +15,9 @@ building are not timed.
 Models are exported with models/export_models.py --size full into bench/out/ (skipped when present). gpt2's
 reference cases are 7-token prefill / 9-token past decode, so this script writes its own inputs: prefill of
 128 tokens on an empty past, decode of 1 token on a 1024-token past (random ids and past K/V, fixed seed).
+
+--kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
+session config entry (e.g. session.intra_op.allow_spinning=0); both are recorded in the results.
 
 Writes bench/results.json and bench/RESULTS.md. --only NAME (repeatable) keeps the workloads whose model or
 model/profile is NAME. This is a benchmark, not a test: it is not part of ctest.
@@ -72,8 +76,8 @@ def log(msg):
     print(msg, flush=True)
 
 
-def run(cmd, env=None, timeout=None):
-    return subprocess.run(cmd, cwd=ROOT, env=env, timeout=timeout, capture_output=True, text=True)
+def run(cmd, env=None, timeout=None, cwd=ROOT):
+    return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, capture_output=True, text=True)
 
 
 def first_error_line(proc):
@@ -164,6 +168,8 @@ def run_ort(args, onnx_path, inputs, json_path, out_dir):
            "--warmup", "1", "--iterations", str(args.iterations), "--json", json_path, "--output-dir", out_dir]
     for name, p in inputs:
         cmd += ["--input", f"{name}={p}"]
+    for kv in args.ort_config:
+        cmd += ["--config", kv]
     return cmd, dict(os.environ)
 
 
@@ -173,6 +179,7 @@ def run_kiln(args, onnx_path, inputs, json_path, out_dir):
     for name, p in inputs:
         cmd += ["--input", f"{name}={p}"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env.update(kv.split("=", 1) for kv in args.kiln_env)
     return cmd, env
 
 
@@ -230,8 +237,7 @@ def bench_workload(args, model, profile, case):
             os.makedirs(run_dir, exist_ok=True)
             cmd, env = make(args, onnx_path, inputs, json_path, out_dir)
             if r == 0:
-                rec[f"{eng}_command"] = " ".join(shlex.quote(os.path.relpath(c, ROOT) if os.path.isabs(c) else c)
-                                                 for c in cmd)
+                rec[f"{eng}_command"] = " ".join(shlex.quote(c.replace(ROOT + os.sep, "")) for c in cmd)
             t0 = time.time()
             try:
                 p = run(cmd, env=env, timeout=args.timeout)
@@ -325,7 +331,7 @@ def versions(args):
     v = {}
     p = run(["node", "--version"])
     v["node"] = p.stdout.strip()
-    p = run(["node", "-e", "console.log(require('onnxruntime-node').env.versions.common)"])
+    p = run(["node", "-e", "console.log(require('onnxruntime-node').env.versions.common)"], cwd=BENCH)
     v["onnxruntime-node"] = p.stdout.strip() if p.returncode == 0 else f"unavailable: {first_error_line(p)}"
     p = run(["git", "rev-parse", "--short", "HEAD"])
     v["kiln_commit"] = p.stdout.strip()
@@ -357,8 +363,12 @@ def write_markdown(path, result, head, rows):
         f"1 warm-up run before each; {result['threads']} threads for both (ORT intraOpNumThreads, "
         "interOpNumThreads 1, graphOptimizationLevel 'all'; kiln OMP_NUM_THREADS). "
         "ORT and kiln alternate (ORT, kiln, ORT, kiln, ...) on the same .onnx and input files.",
+        f"- kiln environment: {' '.join(['OMP_NUM_THREADS=' + str(result['threads'])] + result['kiln_env'])}; "
+        f"ORT session config entries: {', '.join(result['ort_config']) or 'none (defaults)'}.",
         "- p50 = median over rounds of each round's p50. ORT/kiln > 1 means kiln is faster. Session creation "
-        "(ORT) and engine building (kiln) are not timed.",
+        "(ORT) and engine building (kiln) are not timed. ORT's time is one `await session.run(feeds)` of "
+        "onnxruntime-node, so it includes the Node binding's per-call work (wrapping the inputs, turning the "
+        "outputs into JS typed arrays); kiln's is one `ExecutionContext::run()` inside engine-run.",
         "- max |kiln-ORT|: largest absolute difference over all outputs (named: the output where it occurs). "
         "max |ORT-PyTorch|: ORT against the PyTorch outputs the export script wrote (n/a for gpt2, whose "
         "inputs this script generates).",
@@ -390,12 +400,19 @@ def main(argv=None):
     p.add_argument("--only", action="append", default=[],
                    help="keep workloads whose model or model/profile is NAME (repeatable)")
     p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"))
+    p.add_argument("--kiln-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment variable for engine-run (repeatable)")
+    p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="ORT session config entry (repeatable)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds allowed for one engine process")
     p.add_argument("--results", default=os.path.join(BENCH, "results.json"))
     p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS.md"))
     a = p.parse_args(argv)
     if a.rounds < 1 or a.iterations < 1 or a.threads < 1:
         p.error("--rounds, --iterations and --threads must be >= 1")
+    for kv in a.kiln_env + a.ort_config:
+        if "=" not in kv or kv.startswith("="):
+            p.error(f"'{kv}': expected NAME=VALUE")
     a.engine_run = os.path.abspath(a.engine_run)
     if not os.access(a.engine_run, os.X_OK):
         p.error(f"{a.engine_run} is not an executable; build it: cmake --build build --target engine-run")
@@ -435,6 +452,7 @@ def main(argv=None):
         "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine_info(), "loadavg_start": list(load_start), "loadavg_end": list(load_end),
         "versions": versions(a), "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
+        "kiln_env": a.kiln_env, "ort_config": a.ort_config,
         "workloads": records,
     }
     head, rows = table(records)
