@@ -335,7 +335,9 @@ def versions(args):
     v["onnxruntime-node"] = p.stdout.strip() if p.returncode == 0 else f"unavailable: {first_error_line(p)}"
     p = run(["git", "rev-parse", "--short", "HEAD"])
     v["kiln_commit"] = p.stdout.strip()
-    p = run(["git", "status", "--porcelain", "--untracked-files=no"])
+    # The result files this script (re)writes do not count as changes to the code being measured.
+    p = run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results*.json",
+             ":!bench/RESULTS*.md"])
     v["kiln_worktree_dirty"] = bool(p.stdout.strip())
     return v
 
