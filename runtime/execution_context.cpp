@@ -17,6 +17,18 @@ bool is_view_op(const PlanStep& step) {
   return op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten" || op == "Identity";
 }
 
+// Gather on axis 0 with one constant index selects one contiguous block of a C-order tensor: a
+// view at an offset (e.g. one layer's slice of a stacked KV cache), never a copy.
+bool is_leading_gather_view(const Plan& plan, const PlanStep& step) {
+  if (!step.domain.empty() || step.op_type != "Gather" || step.inputs.size() != 2 || step.inputs[1] < 0) return false;
+  auto axis = step.attrs.find("axis");
+  if (axis != step.attrs.end() && (axis->second.kind != Attribute::Kind::kInt || axis->second.i != 0)) return false;
+  const PlanValue& idx = plan.values[step.inputs[1]];
+  if (idx.constant < 0) return false;
+  const Tensor& t = plan.constants[idx.constant];
+  return dtype_is_integer(t.dtype()) && t.numel() == 1 && t.shape().rank() <= 1;
+}
+
 size_t aligned_size(const TensorDesc& d) {
   const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
   return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
@@ -59,10 +71,11 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   ctx->view_step_.assign(ns, 0);
   for (size_t s = 0; s < ns; ++s) {
     const PlanStep& step = plan->steps[s];
-    if (!is_view_op(step) || step.outputs.size() != 1 || step.inputs.empty() || step.inputs[0] < 0) continue;
+    const bool gather = is_leading_gather_view(*plan, step);
+    if ((!is_view_op(step) && !gather) || step.outputs.size() != 1 || step.inputs.empty() || step.inputs[0] < 0) continue;
     const int in = step.inputs[0];
     ctx->alias_root_[step.outputs[0]] = ctx->alias_root_[in] >= 0 ? ctx->alias_root_[in] : in;
-    ctx->view_step_[s] = 1;
+    ctx->view_step_[s] = gather ? 2 : 1;
   }
   for (size_t v = 0; v < nv; ++v)
     if (const int root = ctx->alias_root_[v]; root >= 0 && ctx->last_use_[v] >= 0)
@@ -150,7 +163,18 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   if (!st.ok()) return st.with_context(where());
   if (view_step_[s] && !bound_outputs_[step.outputs[0]].present()) {
     const int v = step.outputs[0];
-    views_[v] = TensorView{in[0].data, desc[0].dtype, desc[0].shape};
+    char* base = static_cast<char*>(in[0].data);
+    if (view_step_[s] == 2) {
+      // The Gather kernel checks indices in run(), which a view skips: check here.
+      const int64_t dim0 = in[0].shape.rank() > 0 ? in[0].shape[0] : 0;
+      int64_t idx = read_int(in[1], 0);
+      if (idx < -dim0 || idx >= dim0)
+        return OutOfRange(where() + ": index " + std::to_string(idx) + " is out of range [" + std::to_string(-dim0) + ", " +
+                          std::to_string(dim0) + ") for input 0 dim 0");
+      if (idx < 0) idx += dim0;
+      base += idx * (in[0].numel() / in[0].shape[0]) * static_cast<int64_t>(dtype_size(in[0].dtype));
+    }
+    views_[v] = TensorView{base, desc[0].dtype, desc[0].shape};
     planned_[v] = desc[0];
     return Status::Ok();
   }

@@ -70,7 +70,7 @@ class ExecutionContext {
   std::vector<bool> prepared_;               // per step: prepared for the current shapes
   std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
   std::vector<int> alias_root_;              // per value: the value whose buffer it views, or -1
-  std::vector<char> view_step_;              // per step: executed as a view (Reshape & co.)
+  std::vector<char> view_step_;              // per step: 1 = view of input 0 (Reshape & co.), 2 = view at a Gather offset
   struct SharedDim { int input_a, dim_a, input_b, dim_b; };
   std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
   std::shared_ptr<void> arena_;

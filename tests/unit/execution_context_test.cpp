@@ -244,3 +244,44 @@ TEST(ExecutionContext, ReshapeLikeStepsAreViewsNotCopies) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Gather on axis 0 with a constant index is a view at an offset; an out-of-range index is still an
+// error (the kernel's own check is skipped by the view).
+TEST(ExecutionContext, LeadingGatherIsAViewAndStillChecksItsIndex) {
+  for (int64_t index : {int64_t{1}, int64_t{-1}, int64_t{3}}) {
+    OnnxModelBuilder b;
+    b.input("x", DType::kFloat32, {int64_t{3}, int64_t{4}});
+    b.initializer("i", {index}, {});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Gather", {"r", "i"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    ASSERT_TRUE(g.ok());
+    BuildOptions opts;
+    opts.disabled_passes = {"constant_folding"};
+    auto plan = build_plan(*g, opts);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    auto ctx = ExecutionContext::create(*plan);
+    ASSERT_TRUE(ctx.ok());
+    Tensor x = Tensor::zeros(DType::kFloat32, Shape{3, 4});
+    for (int i = 0; i < 12; ++i) x.as<float>()[i] = static_cast<float>(i);
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    Status st = (*ctx)->run();
+    if (index == 3) {
+      ASSERT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("index 3 is out of range"), std::string::npos) << st.message();
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.message();
+    const int64_t row = index < 0 ? index + 3 : index;
+    const TensorView& y = (*ctx)->output(0);
+    EXPECT_EQ(y.shape, (Shape{4}));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(y.as<float>()[i], static_cast<float>(row * 4 + i));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
