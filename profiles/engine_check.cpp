@@ -155,14 +155,20 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
       KILN_ASSIGN_OR_RETURN(pc.bench, run_benchmark([ctx] { return ctx->run(); }, cfg.benchmark.warmup, cfg.benchmark.iterations,
                                                     cfg.benchmark.budget_ms));
       pc.benchmarked = true;
+      progress(where + ": per-layer profile (3 runs with per-step timing, separate from the timed runs)");
+      KILN_ASSIGN_OR_RETURN(pc.layers, profile_layers(*ctx, 3));
     }
     checks.push_back(std::move(pc));
   }
   return checks;
 }
 
+double ProfileCheck::gflops_per_s() const {
+  return benchmarked && bench.latency.p50_ms > 0 ? layers.flops.flops / 1e9 / (bench.latency.p50_ms / 1e3) : 0;
+}
+
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds) {
+                              double build_seconds, double matmul_peak_gflops) {
   std::ostringstream os;
   os << "{\n  \"engine\": {\"path\": " << json_string(built.engine_path) << ", \"bytes\": " << built.engine_bytes
      << ", \"model\": " << json_string(cfg.model) << ", \"model_bytes\": " << built.model_bytes << ", \"profiles\": [";
@@ -170,7 +176,9 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
   os << "], \"precision\": " << json_string(cfg.precision) << ", \"build_seconds\": " << fmt(build_seconds) << "},\n";
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   os << "  \"machine\": {\"hardware_threads\": " << std::thread::hardware_concurrency() << ", \"omp_threads\": " << omp_get_max_threads()
-     << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default") << "},\n";
+     << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default");
+  if (matmul_peak_gflops > 0) os << ", \"matmul_peak_gflops_f32\": " << fmt(matmul_peak_gflops);
+  os << "},\n";
   os << "  \"fusions\": {\"attention\": {";
   for (size_t i = 0; i < built.profiles.size(); ++i) {
     size_t fused = 0;
@@ -193,6 +201,11 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
       os << ", \"latency_ms\": " << latency_json(c.bench.latency) << ", \"iterations\": " << c.bench.latency.iterations
          << ", \"budget_ms\": " << fmt(c.bench.budget_ms) << ", \"within_budget\": " << (c.bench.within_budget ? "true" : "false")
          << ", \"deadline_misses\": " << c.bench.deadline_misses << ", \"first_run_ms\": " << fmt(c.first_run_ms);
+      // FLOPs: profiles/flop_count.h (what is counted; upper bound when a mask hid keys from the count).
+      os << ", \"gflop\": " << fmt(c.layers.flops.flops / 1e9) << ", \"gflop_upper_bound\": " << (c.layers.flops.upper_bound ? "true" : "false")
+         << ", \"gflops_per_s\": " << fmt(c.gflops_per_s());
+      if (matmul_peak_gflops > 0) os << ", \"peak_fraction\": " << fmt(c.gflops_per_s() / matmul_peak_gflops);
+      os << ", \"profiled_run_ms\": " << fmt(c.layers.run_ms) << ", " << layer_summary_json(c.layers, 15);
     }
     os << "}";
   }

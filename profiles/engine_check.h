@@ -10,6 +10,7 @@
 
 #include "builder/engine_build_job.h"
 #include "profiles/benchmark.h"
+#include "profiles/layer_profile.h"
 #include "runtime/engine.h"
 
 namespace kiln {
@@ -22,6 +23,9 @@ struct ProfileCheck {
   BenchmarkResult bench;
   double first_run_ms = 0;             // first run of a context prepared for the profile
   std::map<std::string, Shape> opt_shapes;
+  LayerProfile layers;                 // separate profiling runs after the benchmark (benchmarked only)
+  // Counted FLOPs at opt over the p50 latency (0 if not benchmarked).
+  double gflops_per_s() const;
 };
 
 // Generates the inputs of `profile` at `shapes`, with the config's generators.
@@ -31,8 +35,8 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
 StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
                                                  bool benchmark, const std::function<void(const std::string&)>& progress);
 
-// engine-build's REPORT.json.
+// engine-build's REPORT.json. matmul_peak_gflops <= 0: not measured (no peak_fraction).
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds);
+                              double build_seconds, double matmul_peak_gflops = 0);
 
 }  // namespace kiln

@@ -238,10 +238,14 @@ Status ExecutionContext::run() {
     for (int v : heap_in_use_) heap_buffers_[v] = Tensor();  // left from the unplanned run
     heap_in_use_.clear();
   }
+  const auto run_t0 = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (size_t s = 0; s < plan_->steps.size(); ++s) {
     const auto t0 = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     KILN_RETURN_IF_ERROR(run_step(s, use_arena && arena_valid_));
-    if (profiling_) step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (profiling_) {
+      step_ms_[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      step_begin_ms_[s] = std::chrono::duration<double, std::milli>(t0 - run_t0).count();
+    }
     if (!arena_valid_) release_dead_buffers(s);
   }
   if (!arena_valid_) {
@@ -297,6 +301,7 @@ Status ExecutionContext::prepare_for_profile() {
 void ExecutionContext::set_profiling(bool on) {
   profiling_ = on;
   step_ms_.assign(plan_->steps.size(), 0.0);
+  step_begin_ms_.assign(plan_->steps.size(), 0.0);
 }
 
 void ExecutionContext::plan_arena() {

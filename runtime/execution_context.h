@@ -49,6 +49,11 @@ class ExecutionContext {
   // default so timed runs carry no clock reads.
   void set_profiling(bool on);
   const std::vector<double>& step_ms() const { return step_ms_; }
+  // Start of each step in the last profiled run, in ms from that run's start (for a timeline).
+  const std::vector<double>& step_begin_ms() const { return step_begin_ms_; }
+  // The view of any plan value as of the last run (shapes for FLOP counts and traces); its data is
+  // only meaningful for inputs, constants and outputs.
+  const TensorView& value(int v) const { return views_[v]; }
 
  private:
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
@@ -81,6 +86,7 @@ class ExecutionContext {
   std::vector<TensorDesc> desc_scratch_;
   bool profiling_ = false;
   std::vector<double> step_ms_;
+  std::vector<double> step_begin_ms_;
 };
 
 }  // namespace kiln

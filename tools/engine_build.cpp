@@ -10,6 +10,7 @@
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
 #include "profiles/engine_check.h"
+#include "profiles/matmul_peak.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 
@@ -61,6 +62,29 @@ void progress(const std::string& line) {
   std::fflush(stderr);
 }
 
+// Per profile: the compute rate against the machine's matmul peak and the slowest layers.
+void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gflops) {
+  for (const auto& c : checks) {
+    if (!c.benchmarked) continue;
+    std::printf("\nprofile '%s': %.2f GFLOP at opt%s, GFLOP/s %.1f of peak %.1f (%.0f%%); slowest layers of a profiled run (%.1f ms):\n",
+                c.profile.c_str(), c.layers.flops.flops / 1e9, c.layers.flops.upper_bound ? " (upper bound)" : "", c.gflops_per_s(),
+                peak_gflops, peak_gflops > 0 ? 100.0 * c.gflops_per_s() / peak_gflops : 0.0, c.layers.run_ms);
+    for (size_t i : slowest_steps(c.layers, 5)) {
+      const LayerTiming& t = c.layers.steps[i];
+      std::printf("  %8.2f ms  %-16s %s\n", t.ms, t.op_type.c_str(), t.name.c_str());
+    }
+    std::string ops;
+    size_t k = 0;
+    for (const auto& [op, ms] : ms_by_op_type(c.layers)) {
+      if (k++ == 6) break;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s%s %.1f ms", ops.empty() ? "" : ", ", op.c_str(), ms);
+      ops += buf;
+    }
+    std::printf("  by op type: %s\n", ops.c_str());
+  }
+}
+
 void print_table(const std::vector<ProfileCheck>& checks) {
   std::printf("\n%-14s %6s %10s %10s %10s %10s %10s %10s %10s  %s\n", "profile", "iters", "first ms", "p50 ms", "p90 ms", "p99 ms",
               "max ms", "mean ms", "budget ms", "p99 within budget");
@@ -89,11 +113,18 @@ Status run(const Args& args) {
     for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
     progress("profile '" + c.profile + "': loaded engine matches the built plan at " + pts + " shapes");
   }
-  if (args.bench) print_table(checks);
+  double peak_gflops = 0;
+  if (args.bench) {
+    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 5)");
+    KILN_ASSIGN_OR_RETURN(MatmulPeak peak, measure_matmul_peak());
+    peak_gflops = peak.gflops;
+    print_table(checks);
+    print_layer_summary(checks, peak_gflops);
+  }
 
   const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
   std::ofstream f(report);
-  f << build_report_json(built, cfg, checks, build_seconds);
+  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops);
   if (!f) return IoError("cannot write report '" + report + "'");
   std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
               static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());

@@ -1,10 +1,13 @@
 // engine-run: run an ONNX model (built in memory for the given input shapes) or an engine file
 // (one of its profiles), write the outputs, optionally time it; or inspect an engine file.
 //   engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
-//                         [--disable-pass NAME ...]
+//                         [--profile-layers TRACE.json] [--disable-pass NAME ...]
 //   engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
+//                     [--profile-layers TRACE.json]
 //   engine-run --inspect ENGINE
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
+// --profile-layers: one more run, separate from the timed ones, with per-step timing, written as a
+// Chrome trace (Perfetto, chrome://tracing).
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "builder/onnx_importer.h"
 #include "builder/onnx_tensor.h"
 #include "profiles/latency_stats.h"
+#include "profiles/layer_profile.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
@@ -28,10 +32,12 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
-    "[--disable-pass NAME ...]\n"
-    "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]\n"
+    "[--profile-layers TRACE.json] [--disable-pass NAME ...]\n"
+    "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
+    "[--profile-layers TRACE.json]\n"
     "       engine-run --inspect ENGINE\n"
-    "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n";
+    "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
+    "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n";
 
 struct Args {
   std::string model;
@@ -41,6 +47,7 @@ struct Args {
   std::string json;
   std::set<std::string> disabled_passes;
   std::string profile;
+  std::string profile_layers;  // Chrome trace output
   bool inspect = false;
 };
 
@@ -56,6 +63,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--output-dir") { KILN_ASSIGN_OR_RETURN(a.output_dir, need("--output-dir")); }
     else if (s == "--json") { KILN_ASSIGN_OR_RETURN(a.json, need("--json")); }
     else if (s == "--profile") { KILN_ASSIGN_OR_RETURN(a.profile, need("--profile")); }
+    else if (s == "--profile-layers") { KILN_ASSIGN_OR_RETURN(a.profile_layers, need("--profile-layers")); }
     else if (s == "--inspect") a.inspect = true;
     else if (s == "--disable-pass") { KILN_ASSIGN_OR_RETURN(std::string v, need("--disable-pass")); a.disabled_passes.insert(v); }
     else if (s == "--iterations") {
@@ -77,7 +85,8 @@ StatusOr<Args> parse_args(int argc, char** argv) {
   }
   if (a.model.empty()) return InvalidArgument(a.inspect ? "--inspect needs an engine file" : "no model given");
   if (a.inspect) return a;
-  if (a.output_dir.empty() && a.iterations == 0) return InvalidArgument("--output-dir is required (or --iterations to only time)");
+  if (a.output_dir.empty() && a.iterations == 0 && a.profile_layers.empty())
+    return InvalidArgument("--output-dir is required (or --iterations / --profile-layers to only time)");
   return a;
 }
 
@@ -227,6 +236,20 @@ Status run_context(ExecutionContext& c, const Args& args) {
       f << "{\"latency_ms\": " << latency_json(s) << ", \"iterations\": " << s.iterations << "}\n";
       if (!f) return IoError("cannot write '" + args.json + "'");
     }
+  }
+  if (!args.profile_layers.empty()) {
+    KILN_ASSIGN_OR_RETURN(LayerProfile layers, profile_layers(*ctx, 1));
+    char gflop[32];
+    std::snprintf(gflop, sizeof gflop, "%.4g", layers.flops.flops / 1e9);
+    std::ofstream f(args.profile_layers);
+    f << chrome_trace_json(layers, {{"model", args.model},
+                                    {"profile", ctx->plan().profile},
+                                    {"run_ms", std::to_string(layers.run_ms)},
+                                    {"gflop", gflop},
+                                    {"gflop_upper_bound", layers.flops.upper_bound ? "true" : "false"}});
+    if (!f) return IoError("cannot write '" + args.profile_layers + "'");
+    std::printf("layer profile: %zu steps in %.2f ms (one run with per-step timing) -> %s\n", layers.steps.size(), layers.run_ms,
+                args.profile_layers.c_str());
   }
   if (!args.output_dir.empty()) {
     std::error_code ec;

@@ -6,7 +6,8 @@
 Small model sizes (models/README.md), so it runs in a few minutes on 2 cores. Checks:
   1. ControlTransformer, tests/e2e/configs/control_transformer_small.yaml: profiles `full` (timesteps
      1..6..6 on an empty cache) and `incremental` (1 timestep on 1..5..5 cached timesteps). Built with
-     --no-bench, and once more with a 3-iteration benchmark whose report JSON is checked. Each profile
+     --no-bench, and once more with a 3-iteration benchmark whose report JSON is checked (with the
+     layer profile and GFLOP/s keys; test_layer_profile.py checks their values). Each profile
      is run at its min, opt and max shapes and at shapes in between, against PyTorch references from
      `export_models.py --case full:T=N / incremental:T=1,cached=N` (the cache comes from a PyTorch
      full forward over the earlier timesteps), np.allclose(atol 1e-4, rtol 1e-3).
@@ -167,6 +168,9 @@ def check_report(model, report_path, engine_path, profiles, bench, res):
                 problems.append(f"profiles.{p}.within_budget = {wb!r} is not a boolean")
             elif "p99" not in missing and isinstance(pr.get("budget_ms"), (int, float)) and wb != (lat["p99"] <= pr["budget_ms"]):
                 problems.append(f"profiles.{p}.within_budget = {wb} contradicts p99 {lat['p99']} vs budget {pr['budget_ms']}")
+            missing = [k for k in ("gflop", "gflops_per_s", "peak_fraction", "layers", "by_op_type") if k not in pr]
+            if missing or not pr["layers"] or "matmul_peak_gflops_f32" not in rep.get("machine", {}):
+                problems.append(f"profiles.{p} lacks {missing} or layers, or machine lacks matmul_peak_gflops_f32")
             if not problems:
                 print(f"    {p}: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, budget {pr['budget_ms']} ms, "
                       f"within_budget {wb}", flush=True)

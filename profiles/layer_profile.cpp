@@ -1,0 +1,137 @@
+#include "profiles/layer_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace kiln {
+
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// Microseconds with ns resolution: enough digits that short view steps keep a distinct start.
+std::string micros(double ms) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", std::max(ms, 0.0) * 1000.0);
+  return buf;
+}
+
+std::string describe(const TensorView& v) {
+  std::string s = dtype_name(v.dtype) + "[";
+  for (int d = 0; d < v.shape.rank(); ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
+  return s + "]";
+}
+
+std::string json_list(const std::vector<std::string>& items) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + json_quote(items[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
+  runs = std::max(runs, 1);
+  ctx.set_profiling(true);
+  LayerProfile p;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = ctx.run();
+    p.run_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) {
+      ctx.set_profiling(false);
+      return st.with_context("profiling run");
+    }
+  }
+  p.run_ms /= runs;
+  const Plan& plan = ctx.plan();
+  const std::vector<FlopCount> flops = plan_step_flops(ctx);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& step = plan.steps[s];
+    LayerTiming t;
+    t.name = step.name;
+    t.op_type = step.domain.empty() ? step.op_type : step.domain + "::" + step.op_type;
+    t.begin_ms = ctx.step_begin_ms()[s];
+    t.ms = ctx.step_ms()[s] / runs;
+    for (int v : step.inputs) t.inputs.push_back(v >= 0 ? describe(ctx.value(v)) : "");
+    for (int v : step.outputs) t.outputs.push_back(describe(ctx.value(v)));
+    t.flops = flops[s];
+    p.steps.push_back(std::move(t));
+  }
+  p.flops = total_flops(flops);
+  ctx.set_profiling(false);
+  return p;
+}
+
+std::vector<size_t> slowest_steps(const LayerProfile& p, size_t n) {
+  std::vector<size_t> order(p.steps.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p.steps[a].ms > p.steps[b].ms; });
+  order.resize(std::min(n, order.size()));
+  return order;
+}
+
+std::vector<std::pair<std::string, double>> ms_by_op_type(const LayerProfile& p) {
+  std::map<std::string, double> sum;
+  for (const auto& s : p.steps) sum[s.op_type] += s.ms;
+  std::vector<std::pair<std::string, double>> out(sum.begin(), sum.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair<std::string, std::string>>& other_data) {
+  std::ostringstream os;
+  os << "{\"traceEvents\": [";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const LayerTiming& s = p.steps[i];
+    os << (i ? "," : "") << "\n  {\"name\": " << json_quote(s.name) << ", \"cat\": " << json_quote(s.op_type)
+       << ", \"ph\": \"X\", \"ts\": " << micros(s.begin_ms) << ", \"dur\": " << micros(s.ms) << ", \"pid\": 1, \"tid\": 1"
+       << ", \"args\": {\"op_type\": " << json_quote(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
+       << ", \"outputs\": " << json_list(s.outputs);
+    if (s.flops.flops > 0) os << ", \"gflop\": " << num(s.flops.flops / 1e9);
+    os << "}}";
+  }
+  os << "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {";
+  for (size_t i = 0; i < other_data.size(); ++i)
+    os << (i ? ", " : "") << json_quote(other_data[i].first) << ": " << json_quote(other_data[i].second);
+  os << "}}\n";
+  return os.str();
+}
+
+std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
+  std::ostringstream os;
+  os << "\"layers\": [";
+  size_t k = 0;
+  for (size_t i : slowest_steps(p, top_n))
+    os << (k++ ? ", " : "") << "{\"name\": " << json_quote(p.steps[i].name) << ", \"op_type\": " << json_quote(p.steps[i].op_type)
+       << ", \"ms\": " << num(p.steps[i].ms) << "}";
+  os << "], \"by_op_type\": {";
+  k = 0;
+  for (const auto& [op, ms] : ms_by_op_type(p)) os << (k++ ? ", " : "") << json_quote(op) << ": " << num(ms);
+  os << "}";
+  return os.str();
+}
+
+}  // namespace kiln
