@@ -238,6 +238,8 @@ Status run_context(ExecutionContext& c, const Args& args) {
     }
   }
   if (!args.profile_layers.empty()) {
+    // Without timed runs, the first run on the fresh arena would put its page faults in the trace.
+    if (args.iterations == 0) KILN_RETURN_IF_ERROR(ctx->run());
     KILN_ASSIGN_OR_RETURN(LayerProfile layers, profile_layers(*ctx, 1));
     char gflop[32];
     std::snprintf(gflop, sizeof gflop, "%.4g", layers.flops.flops / 1e9);
