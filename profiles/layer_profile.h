@@ -42,6 +42,4 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
 // `"layers": [{name, op_type, ms} of the top_n slowest], "by_op_type": {op: ms}` for a JSON object.
 std::string layer_summary_json(const LayerProfile& p, size_t top_n);
 
-std::string json_quote(const std::string& s);
-
 }  // namespace kiln
