@@ -101,6 +101,15 @@ std::vector<std::pair<std::string, double>> ms_by_op_type(const LayerProfile& p)
   return out;
 }
 
+std::vector<std::pair<std::string, double>> gflop_by_op_type(const LayerProfile& p) {
+  std::map<std::string, double> sum;
+  for (const auto& s : p.steps)
+    if (s.flops.flops > 0) sum[s.op_type] += s.flops.flops / 1e9;
+  std::vector<std::pair<std::string, double>> out(sum.begin(), sum.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
 std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair<std::string, std::string>>& other_data) {
   std::ostringstream os;
   os << "{\"traceEvents\": [";
@@ -130,6 +139,9 @@ std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
   os << "], \"by_op_type\": {";
   k = 0;
   for (const auto& [op, ms] : ms_by_op_type(p)) os << (k++ ? ", " : "") << json_quote(op) << ": " << num(ms);
+  os << "}, \"gflop_by_op_type\": {";
+  k = 0;
+  for (const auto& [op, gflop] : gflop_by_op_type(p)) os << (k++ ? ", " : "") << json_quote(op) << ": " << num(gflop);
   os << "}";
   return os.str();
 }

@@ -34,12 +34,15 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs);
 std::vector<size_t> slowest_steps(const LayerProfile& p, size_t n);
 // Total ms per op type, largest first.
 std::vector<std::pair<std::string, double>> ms_by_op_type(const LayerProfile& p);
+// Counted GFLOP per op type (only types with FLOPs), largest first.
+std::vector<std::pair<std::string, double>> gflop_by_op_type(const LayerProfile& p);
 
 // The Chrome trace event format (one "X" event per step, times in µs), which Perfetto and
 // chrome://tracing open. `other_data` goes to "otherData" as strings.
 std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair<std::string, std::string>>& other_data);
 
-// `"layers": [{name, op_type, ms} of the top_n slowest], "by_op_type": {op: ms}` for a JSON object.
+// `"layers": [{name, op_type, ms} of the top_n slowest], "by_op_type": {op: ms},
+// "gflop_by_op_type": {op: gflop}` for a JSON object.
 std::string layer_summary_json(const LayerProfile& p, size_t top_n);
 
 }  // namespace kiln

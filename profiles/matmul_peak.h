@@ -15,7 +15,8 @@ struct MatmulPeak {
 };
 
 // One warm-up, then the best of `runs` timed runs (best, not median: the machine may be shared,
-// and interference only ever slows a run down).
-StatusOr<MatmulPeak> measure_matmul_peak(int n = 1024, int runs = 5);
+// and interference only ever slows a run down; under sustained load even the best run is low, so
+// the peak is a lower bound and a fraction of it an upper bound).
+StatusOr<MatmulPeak> measure_matmul_peak(int n = 1024, int runs = 20);
 
 }  // namespace kiln

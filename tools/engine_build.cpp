@@ -82,6 +82,16 @@ void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gf
       ops += buf;
     }
     std::printf("  by op type: %s\n", ops.c_str());
+    std::string rates;
+    for (const auto& [op, gflop] : gflop_by_op_type(c.layers)) {
+      double ms = 0;
+      for (const auto& t : c.layers.steps) ms += t.op_type == op ? t.ms : 0;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s%s %.1f GFLOP in %.1f ms = %.0f GFLOP/s", rates.empty() ? "" : ", ", op.c_str(), gflop, ms,
+                    ms > 0 ? gflop / ms * 1e3 : 0.0);
+      rates += buf;
+    }
+    std::printf("  compute rate in the profiled run: %s\n", rates.c_str());
   }
 }
 
@@ -115,7 +125,7 @@ Status run(const Args& args) {
   }
   double peak_gflops = 0;
   if (args.bench) {
-    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 5)");
+    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 20)");
     KILN_ASSIGN_OR_RETURN(MatmulPeak peak, measure_matmul_peak());
     peak_gflops = peak.gflops;
     print_table(checks);

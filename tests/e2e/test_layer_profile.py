@@ -8,7 +8,7 @@ hand-computed: MatMul 2*8*(4*16) = 1024, Gemm 2*16*(4*4) = 512, Conv 2*(4*3) out
 Checks:
   1. engine-build (benchmark 1+3 runs): the report has machine.matmul_peak_gflops_f32 > 0 and per
      profile gflop = 1.632e-6, gflops_per_s, peak_fraction, layers (<= 15, slowest first,
-     {name, op_type, ms}) and by_op_type; the console prints the GFLOP/s line.
+     {name, op_type, ms}), by_op_type and gflop_by_op_type; the console prints the GFLOP/s line.
   2. engine-run ENGINE --profile-layers: valid Chrome trace JSON with exactly one "X" event per
      layer of `engine-run --inspect`, in plan order, ts/dur >= 0, shapes in args.
   3. engine-run MODEL.onnx --profile-layers alone (no --output-dir / --iterations).
@@ -147,6 +147,10 @@ def main():
         by_op = pr.get("by_op_type")
         if not (isinstance(by_op, dict) and {"MatMul", "Gemm", "Conv"} <= set(by_op) and all(v >= 0 for v in by_op.values())):
             problems.append(f"by_op_type {by_op!r}")
+        gflop_by_op = pr.get("gflop_by_op_type", {})
+        want = {"MatMul": 1024e-9, "Gemm": 512e-9, "Conv": 96e-9}
+        if set(gflop_by_op) != set(want) or any(abs(gflop_by_op[k] - v) > 1e-12 for k, v in want.items()):
+            problems.append(f"gflop_by_op_type {gflop_by_op!r} != {want}")
     res.record("[report] engine-build layers, gflop, gflops_per_s, peak_fraction", problems)
 
     engine = work / "tiny.engine"
