@@ -84,10 +84,11 @@ void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gf
     std::printf("  by op type: %s\n", ops.c_str());
     std::string rates;
     for (const auto& [op, gflop] : gflop_by_op_type(c.layers)) {
+      if (gflop < 0.05 * c.layers.flops.flops / 1e9 / 100) continue;  // under 0.05% of the total: noise
       double ms = 0;
       for (const auto& t : c.layers.steps) ms += t.op_type == op ? t.ms : 0;
       char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.1f GFLOP in %.1f ms = %.0f GFLOP/s", rates.empty() ? "" : ", ", op.c_str(), gflop, ms,
+      std::snprintf(buf, sizeof buf, "%s%s %.3g GFLOP in %.3g ms = %.3g GFLOP/s", rates.empty() ? "" : ", ", op.c_str(), gflop, ms,
                     ms > 0 ? gflop / ms * 1e3 : 0.0);
       rates += buf;
     }
