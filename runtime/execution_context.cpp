@@ -65,6 +65,17 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
     max_out = std::max(max_out, step.outputs.size());
   }
   for (int v : plan->outputs) ctx->last_use_[v] = static_cast<int>(ns);
+  ctx->slab_pitch_.assign(nv, 0);
+  ctx->slab_axis_.assign(nv, 0);
+  ctx->readers_.resize(nv);
+  ctx->producer_.assign(nv, -1);
+  ctx->placed_.assign(nv, nullptr);
+  ctx->skip_step_.assign(ns, 0);
+  for (size_t s = 0; s < ns; ++s) {
+    for (int v : plan->steps[s].inputs)
+      if (v >= 0) ctx->readers_[v].push_back(static_cast<int>(s));
+    for (int v : plan->steps[s].outputs) ctx->producer_[v] = static_cast<int>(s);
+  }
   // Reshape-like steps produce a view of their input instead of a copy. The viewed buffer (the
   // alias root) must then live as long as its last view is read.
   ctx->alias_root_.assign(nv, -1);
@@ -144,6 +155,7 @@ Status ExecutionContext::set_input(size_t index, const TensorView& view) {
   }
   if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what + " has no data");
   views_[plan_->inputs[index]] = view;
+  slab_pitch_[plan_->inputs[index]] = 0;
   input_bound_[index] = true;
   return Status::Ok();
 }
@@ -161,10 +173,33 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   auto where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; };
   Status st = kernel.infer(in, desc);
   if (!st.ok()) return st.with_context(where());
+  if (skip_step_[s]) {
+    // Every input already sits in its slab of the placed output (state placement).
+    const int v = step.outputs[0];
+    if (desc[0].shape != planned_[v].shape) return Internal(where() + ": placed output changed shape to " + desc[0].shape.str());
+    views_[v] = TensorView{placed_[v], desc[0].dtype, desc[0].shape};
+    return Status::Ok();
+  }
   if (view_step_[s] && !bound_outputs_[step.outputs[0]].present()) {
     const int v = step.outputs[0];
     char* base = static_cast<char*>(in[0].data);
-    if (view_step_[s] == 2) {
+    slab_pitch_[v] = 0;
+    if (view_step_[s] == 2 && slab_pitch_[step.inputs[0]] > 0) {
+      // A Gather of a slab-laid-out state input: slabs are slab_pitch apart, not contiguous.
+      const int in_axis = slab_axis_[step.inputs[0]];
+      const int64_t dim0 = in[0].shape[0];
+      int64_t idx = read_int(in[1], 0);
+      if (idx < -dim0 || idx >= dim0)
+        return OutOfRange(where() + ": index " + std::to_string(idx) + " is out of range [" + std::to_string(-dim0) + ", " +
+                          std::to_string(dim0) + ") for input 0 dim 0");
+      if (idx < 0) idx += dim0;
+      base += idx * in[0].shape.numel(1, in_axis) * slab_pitch_[step.inputs[0]];
+      const int out_axis = in_axis - (in[0].shape.rank() - desc[0].shape.rank());
+      if (desc[0].shape.numel(0, out_axis) > 1) {
+        slab_pitch_[v] = slab_pitch_[step.inputs[0]];
+        slab_axis_[v] = out_axis;
+      }
+    } else if (view_step_[s] == 2) {
       // The Gather kernel checks indices in run(), which a view skips: check here.
       const int64_t dim0 = in[0].shape.rank() > 0 ? in[0].shape[0] : 0;
       int64_t idx = read_int(in[1], 0);
@@ -182,7 +217,10 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   for (size_t o = 0; o < no; ++o) {
     const int v = step.outputs[o];
     if (!dtype_is_known(desc[o].dtype))  return Internal(where() + ": output " + std::to_string(o) + " has no inferred dtype");
-    if (bound_outputs_[v].present()) {
+    if (placed_[v]) {
+      if (desc[o].shape != planned_[v].shape) return Internal(where() + ": placed output changed shape to " + desc[o].shape.str());
+      views_[v] = TensorView{placed_[v], desc[o].dtype, desc[o].shape};
+    } else if (bound_outputs_[v].present()) {
       const TensorView& b = bound_outputs_[v];
       if (b.dtype != desc[o].dtype || b.shape != desc[o].shape)
         return InvalidArgument("output '" + plan_->values[v].name + "' is " + dtype_name(desc[o].dtype) + " " + desc[o].shape.str() +
@@ -234,6 +272,9 @@ Status ExecutionContext::run() {
     std::fill(prepared_.begin(), prepared_.end(), false);
   }
   const bool use_arena = arena_valid_;
+  // Placing state outputs needs every value's shape, known from the last run at these inputs.
+  if (use_arena) plan_state_placement();
+  else std::fill(placed_.begin(), placed_.end(), nullptr), std::fill(skip_step_.begin(), skip_step_.end(), 0);
   if (use_arena && !heap_in_use_.empty()) {
     for (int v : heap_in_use_) heap_buffers_[v] = Tensor();  // left from the unplanned run
     heap_in_use_.clear();
@@ -252,7 +293,7 @@ Status ExecutionContext::run() {
     for (int v : plan_->inputs) planned_input_shapes_.push_back(views_[v].shape);
     // Steps keep their prepared state: the next run sees identical shapes, only new buffers.
   }
-  return Status::Ok();
+  return finish_state_outputs();
 }
 
 // In an unplanned run each value has its own buffer; dropping it after its last reader keeps the
