@@ -31,8 +31,8 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
 StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
                                                  bool benchmark, const std::function<void(const std::string&)>& progress);
 
-// engine-build's REPORT.json.
+// engine-build's REPORT.json. `extra` maps further top-level keys to JSON values (e.g. "streaming").
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds);
+                              double build_seconds, const std::map<std::string, std::string>& extra = {});
 
 }  // namespace kiln

@@ -43,7 +43,7 @@ StatusOr<std::unique_ptr<StreamingSession>> StreamingSession::create(std::shared
     }
     const BindingInfo& in = *find_binding(wp.inputs, st.input);
     const BindingInfo& out = *find_binding(wp.outputs, st.output);
-    if (in.dtype != out.dtype)
+    if (dtype_is_known(out.dtype) && in.dtype != out.dtype)
       return InvalidArgument(what + ": output is " + dtype_name(out.dtype) + " but input is " + dtype_name(in.dtype));
     if (st.axis < 0 || st.axis >= in.opt.rank())
       return InvalidArgument(what + ": axis " + std::to_string(st.axis) + " is out of range for input shape " + in.opt.str());
