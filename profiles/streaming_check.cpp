@@ -157,28 +157,14 @@ Status check_equivalence(StreamingSession& session, const Engine& engine, const 
 
 }  // namespace
 
-StreamingSpec streaming_spec(const BuildConfig& cfg) {
-  StreamingSpec spec;
-  spec.cold_start = cfg.streaming.cold_start;
-  spec.step = cfg.streaming.step;
-  for (const auto& s : cfg.streaming.state) spec.state.push_back({s.output, s.input, static_cast<int>(s.axis)});
-  spec.tokens_per_step = cfg.streaming.tokens_per_step;
-  spec.max_steps = cfg.streaming.max_steps;
-  for (const auto& [name, gen] : cfg.inputs)
-    if (gen.kind == "block_causal") {
-      spec.mask_input = name;
-      spec.mask_block = gen.block;
-    }
-  return spec;
-}
-
 StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engine, const BuildConfig& cfg, bool benchmark,
                                               const std::function<void(const std::string&)>& progress) {
   StreamingResult r;
-  const StreamingSpec spec = streaming_spec(cfg);
+  if (!engine->info().has_streaming) return Internal("the engine does not record the config's streaming section");
+  const StreamingSpec& spec = engine->info().streaming;
   progress("streaming: creating a session ('" + spec.cold_start + "' cold start, then '" + spec.step + "' steps; window " +
            std::to_string(spec.max_steps) + " x " + std::to_string(spec.tokens_per_step) + " tokens)");
-  KILN_ASSIGN_OR_RETURN(auto session, StreamingSession::create(engine, spec));
+  KILN_ASSIGN_OR_RETURN(auto session, StreamingSession::create(engine));
   r.state_buffer_bytes = session->state_buffer_bytes();
   KILN_RETURN_IF_ERROR(check_equivalence(*session, *engine, cfg, spec, r, progress));
   for (const auto& [name, e] : r.equivalence_err) progress("streaming:   " + name + ": max abs err " + fmt(e));

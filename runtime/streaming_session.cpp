@@ -89,6 +89,13 @@ StatusOr<std::unique_ptr<StreamingSession>> StreamingSession::create(std::shared
   return s;
 }
 
+StatusOr<std::unique_ptr<StreamingSession>> StreamingSession::create(std::shared_ptr<const Engine> engine) {
+  if (!engine) return InvalidArgument("streaming: no engine");
+  if (!engine->info().has_streaming)
+    return FailedPrecondition("streaming: the engine records no streaming section (build it from a config with `streaming:`)");
+  return create(engine, engine->info().streaming);
+}
+
 uint64_t StreamingSession::state_buffer_bytes() const {
   uint64_t total = 0;
   for (const State& st : states_) total += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(pitch(st));

@@ -19,26 +19,9 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/streaming_spec.h"
 
 namespace kiln {
-
-struct StreamingStateSpec {
-  std::string output;  // produced by a step...
-  std::string input;   // ...and fed to the next one
-  int axis = 0;        // the axis the state grows along
-};
-
-struct StreamingSpec {
-  std::string cold_start;  // profile of the first step
-  std::string step;        // profile of every later step
-  std::vector<StreamingStateSpec> state;
-  int64_t tokens_per_step = 0;  // rows one timestep adds along a state axis
-  int64_t max_steps = 0;        // the window: at most max_steps * tokens_per_step cached rows
-  // A bool [new, total] mask input the session fills itself (block-causal in blocks of
-  // mask_block tokens; true = may attend). Empty: the caller passes the mask.
-  std::string mask_input;
-  int64_t mask_block = 0;
-};
 
 struct StreamingStepStats {
   bool cold_start = false;
@@ -53,6 +36,8 @@ class StreamingSession {
  public:
   // Both profiles' contexts are created prepared (ExecutionContext::prepare_for_profile).
   static StatusOr<std::unique_ptr<StreamingSession>> create(std::shared_ptr<const Engine> engine, const StreamingSpec& spec);
+  // With the streaming spec recorded in the engine (engine-build's `streaming` section).
+  static StatusOr<std::unique_ptr<StreamingSession>> create(std::shared_ptr<const Engine> engine);
 
   // One control step. `inputs` are the per-step inputs by name: everything except the state
   // inputs and a session-generated mask. The first step after create() or reset() is a cold start.

@@ -64,7 +64,14 @@ class Streaming : public ::testing::TestWithParam<bool> {
         "output: model.engine\n"
         "profiles:\n"
         "  cold: {dims: {T: {min: 1, opt: 3, max: 3}, S: 0}}\n"
-        "  step: {dims: {T: 1, S: {min: 2, opt: 4, max: 4}}}\n";
+        "  step: {dims: {T: 1, S: {min: 2, opt: 4, max: 4}}}\n"
+        "streaming:\n"
+        "  cold_start: cold\n"
+        "  step: step\n"
+        "  state:\n"
+        "    - {output: kv, input: cache, axis: 1}\n"
+        "    - {output: pout, input: pin, axis: 1}\n"
+        "  window: {tokens_per_step: 2, max_steps: 2}\n";
     auto cfg = parse_build_config(yaml, (dir_ / "build.yaml").string());
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
     auto built = build_engine(*cfg, [](const std::string&) {});
@@ -175,6 +182,27 @@ TEST_P(Streaming, MatchesContiguousStateThroughColdStartGrowthAndSliding) {
     EXPECT_EQ(in_place_steps, 0);
     EXPECT_GT(copied, appended);
   }
+}
+
+TEST_P(Streaming, TheEngineRecordsTheConfigsStreamingSpec) {
+  ASSERT_TRUE(engine_->info().has_streaming);
+  const StreamingSpec& got = engine_->info().streaming;
+  const StreamingSpec want = spec();
+  EXPECT_EQ(got.cold_start, want.cold_start);
+  EXPECT_EQ(got.step, want.step);
+  ASSERT_EQ(got.state.size(), 2u);
+  EXPECT_EQ(got.state[1].output, "pout");
+  EXPECT_EQ(got.state[1].input, "pin");
+  EXPECT_EQ(got.state[1].axis, 1);
+  EXPECT_EQ(got.tokens_per_step, 2);
+  EXPECT_EQ(got.max_steps, 2);
+  EXPECT_TRUE(got.mask_input.empty());
+  auto session = StreamingSession::create(engine_);
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  Tensor x = timestep_input(2, 1);
+  std::vector<std::pair<std::string, TensorView>> in = {{"x", x.view()}};
+  ASSERT_TRUE((*session)->step(in).ok());
+  EXPECT_EQ((*session)->cached_rows(), 4);
 }
 
 TEST_P(Streaming, RejectsStateAndMaskInputsAndBadSpecs) {
