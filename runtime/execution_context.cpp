@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "plugins/plugin_kernel.h"
@@ -135,25 +136,26 @@ Status ExecutionContext::set_input(const std::string& name, const TensorView& vi
 Status ExecutionContext::set_input(size_t index, const TensorView& view) {
   if (index >= plan_->inputs.size()) return OutOfRange("input index " + std::to_string(index) + " is out of range");
   const PlanValue& pv = plan_->values[plan_->inputs[index]];
-  const std::string what = "input '" + pv.name + "'";
+  // Built only on error: binding inputs is part of a steady-state run.
+  auto what = [&] { return "input '" + pv.name + "'"; };
   if (view.dtype != pv.dtype)
-    return InvalidArgument(what + " must be " + dtype_name(pv.dtype) + ", got " + dtype_name(view.dtype));
+    return InvalidArgument(what() + " must be " + dtype_name(pv.dtype) + ", got " + dtype_name(view.dtype));
   if (pv.has_declared_shape) {
     if (static_cast<size_t>(view.shape.rank()) != pv.dims.size())
-      return InvalidArgument(what + " must have rank " + std::to_string(pv.dims.size()) + ", got shape " + view.shape.str());
+      return InvalidArgument(what() + " must have rank " + std::to_string(pv.dims.size()) + ", got shape " + view.shape.str());
     for (int d = 0; d < view.shape.rank(); ++d)
       if (pv.dims[d] >= 0 && pv.dims[d] != view.shape[d])
-        return InvalidArgument(what + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
+        return InvalidArgument(what() + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
                                std::to_string(view.shape[d]) + " (shape " + view.shape.str() + ")");
   }
   if (!pv.range_min.empty()) {
     for (int d = 0; d < view.shape.rank() && d < static_cast<int>(pv.range_min.size()); ++d)
       if (view.shape[d] < pv.range_min[d] || view.shape[d] > pv.range_max[d])
-        return OutOfRange(what + " dim " + std::to_string(d) + (d < static_cast<int>(pv.dim_names.size()) && !pv.dim_names[d].empty() ? " ('" + pv.dim_names[d] + "')" : "") +
+        return OutOfRange(what() + " dim " + std::to_string(d) + (d < static_cast<int>(pv.dim_names.size()) && !pv.dim_names[d].empty() ? " ('" + pv.dim_names[d] + "')" : "") +
                           " = " + std::to_string(view.shape[d]) + " is outside profile '" + plan_->profile + "' range [" +
                           std::to_string(pv.range_min[d]) + ", " + std::to_string(pv.range_max[d]) + "]");
   }
-  if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what + " has no data");
+  if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what() + " has no data");
   views_[plan_->inputs[index]] = view;
   slab_pitch_[plan_->inputs[index]] = 0;
   input_bound_[index] = true;
@@ -340,16 +342,71 @@ void ExecutionContext::set_profiling(bool on) {
   step_ms_.assign(plan_->steps.size(), 0.0);
 }
 
+// Concat without copies: an input written by a kernel (directly, or through Reshape-like views of
+// the same size) is placed at its slice of the Concat's output buffer, so the kernel writes it
+// there and the Concat skips it (it copies only inputs not already in place). Only for a Concat
+// whose slices are contiguous (all dims before the axis are 1), e.g. torch.stack of KV caches.
+void ExecutionContext::place_concat_inputs() {
+  const size_t nv = plan_->values.size();
+  concat_host_.assign(nv, -1);
+  concat_offset_.assign(nv, 0);
+  std::vector<char> is_output(nv, 0);
+  for (int v : plan_->outputs) is_output[v] = 1;
+  for (size_t s = 0; s < plan_->steps.size(); ++s) {
+    const PlanStep& step = plan_->steps[s];
+    if (!step.domain.empty() || step.op_type != "Concat" || step.outputs.size() != 1) continue;
+    const int out = step.outputs[0];
+    const Shape& os = planned_[out].shape;
+    auto axis_attr = step.attrs.find("axis");
+    if (alias_root_[out] >= 0 || bound_outputs_[out].present() || axis_attr == step.attrs.end() || os.rank() == 0) continue;
+    const int64_t axis = axis_attr->second.i < 0 ? axis_attr->second.i + os.rank() : axis_attr->second.i;
+    if (axis < 0 || axis >= os.rank() || os.numel(0, static_cast<int>(axis)) != 1) continue;
+    size_t offset = 0;
+    for (int in : step.inputs) {
+      if (in < 0) continue;
+      const size_t bytes = static_cast<size_t>(planned_[in].shape.numel()) * dtype_size(planned_[in].dtype);
+      const int root = alias_root_[in] >= 0 ? alias_root_[in] : in;
+      const bool placeable = bytes > 0 && root != out && producer_[root] >= 0 && !view_step_[producer_[root]] && concat_host_[root] < 0 &&
+                             !bound_outputs_[root].present() && planned_[root].shape.numel() == planned_[in].shape.numel() &&
+                             planned_[root].dtype == planned_[in].dtype && !(is_output[root] && is_output[out]);
+      if (placeable) {
+        concat_host_[root] = out;
+        concat_offset_[root] = offset;
+      }
+      offset += bytes;
+    }
+  }
+}
+
 void ExecutionContext::plan_arena() {
   // Greedy best-fit by size: place each produced value at the lowest offset that does not overlap a
   // value whose lifetime [producer step, last use] intersects its own.
   struct Item { int value; int begin; int end; size_t size; };
+  const size_t nv = plan_->values.size();
+  std::vector<int> begin(nv, -1), end(nv, -1);
+  for (size_t s = 0; s < plan_->steps.size(); ++s)
+    for (int v : plan_->steps[s].outputs) {
+      begin[v] = static_cast<int>(s);
+      end[v] = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
+    }
+  place_concat_inputs();
+  // A hosted value lives inside its Concat's buffer, which must then live from the first write
+  // of any part to the last read of any part.
+  auto top = [&](int v) {
+    while (concat_host_[v] >= 0) v = concat_host_[v];
+    return v;
+  };
+  for (size_t v = 0; v < nv; ++v)
+    if (concat_host_[v] >= 0) {
+      const int r = top(static_cast<int>(v));
+      begin[r] = std::min(begin[r], begin[v]);
+      end[r] = std::max(end[r], end[v]);
+    }
   std::vector<Item> items;
   for (size_t s = 0; s < plan_->steps.size(); ++s)
     for (int v : plan_->steps[s].outputs) {
-      if (alias_root_[v] >= 0) continue;  // a view: lives in its root's buffer
-      const int end = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
-      items.push_back(Item{v, static_cast<int>(s), end, aligned_size(planned_[v])});
+      if (alias_root_[v] >= 0 || concat_host_[v] >= 0) continue;  // lives in another value's buffer
+      items.push_back(Item{v, begin[v], end[v], aligned_size(planned_[v])});
     }
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -373,6 +430,15 @@ void ExecutionContext::plan_arena() {
     total = std::max(total, off + it.size);
     placed.push_back(idx);
   }
+  // Hosted values sit at their offset within their host (hosts first: a host may be hosted).
+  std::vector<char> resolved(nv, 0);
+  std::function<void(int)> resolve = [&](int v) {
+    if (resolved[v] || concat_host_[v] < 0) return;
+    resolve(concat_host_[v]);
+    offsets_[v] = offsets_[concat_host_[v]] + concat_offset_[v];
+    resolved[v] = 1;
+  };
+  for (size_t v = 0; v < nv; ++v) resolve(static_cast<int>(v));
   if (total > arena_bytes_ || !arena_) {
     auto arena = aligned_alloc_shared(total);
     if (!arena) return;  // stays unplanned: the next run uses per-value buffers again

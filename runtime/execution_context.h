@@ -75,11 +75,13 @@ class ExecutionContext {
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
   Status run_step(size_t s, bool use_arena);
   void plan_arena();
+  void place_concat_inputs();
   void release_dead_buffers(size_t s);
   Status check_named_dims() const;
   // Streaming state (runtime/state_placement.cpp).
   Status check_state_readers(int value, const Shape& shape, int axis, std::string* why) const;
-  struct Placement { std::vector<char*> at; std::vector<char> skip, multi; };
+
+  struct Placement;
   bool place_value(int value, char* base, int axis, int64_t pitch, Placement& pl) const;
   void plan_state_placement();
   Status finish_state_outputs();
@@ -115,6 +117,10 @@ class ExecutionContext {
   struct StateOutput { int value; char* base; int axis; int64_t pitch; int64_t capacity_rows; bool in_place; bool overflowed; };
   std::vector<StateOutput> state_outputs_;
   std::vector<char*> placed_;
+  struct Placement { std::vector<char*> at; std::vector<char> skip, multi; };
+  Placement placement_done_, placement_try_;  // scratch of plan_state_placement
+  std::vector<int> concat_host_;              // per value: the Concat output whose buffer holds it, or -1
+  std::vector<size_t> concat_offset_;         // its byte offset in there
   std::vector<char> skip_step_;               // per step: a Concat whose inputs were written in place
   uint64_t state_bytes_copied_ = 0;
   bool profiling_ = false;

@@ -126,12 +126,27 @@ bool ExecutionContext::place_value(int value, char* base, int axis, int64_t pitc
 }
 
 void ExecutionContext::plan_state_placement() {
-  Placement done{std::vector<char*>(placed_.size(), nullptr), std::vector<char>(skip_step_.size(), 0), std::vector<char>(placed_.size(), 0)};
+  std::fill(placed_.begin(), placed_.end(), nullptr);
+  std::fill(skip_step_.begin(), skip_step_.end(), 0);
+  if (state_outputs_.empty()) return;
+  // Scratch sized once: a steady-state step re-places (the buffer moves) without allocating.
+  Placement& done = placement_done_;
+  Placement& pl = placement_try_;
+  for (Placement* p : {&done, &pl}) {
+    p->at.resize(placed_.size());
+    p->skip.resize(skip_step_.size());
+    p->multi.resize(placed_.size());
+  }
+  std::fill(done.at.begin(), done.at.end(), nullptr);
+  std::fill(done.skip.begin(), done.skip.end(), 0);
+  std::fill(done.multi.begin(), done.multi.end(), 0);
   for (StateOutput& so : state_outputs_) {
     so.in_place = false;
     const Shape& shape = planned_[so.value].shape;
     if (so.axis >= shape.rank() || shape[so.axis] > so.capacity_rows) continue;
-    Placement pl = done;
+    std::copy(done.at.begin(), done.at.end(), pl.at.begin());
+    std::copy(done.skip.begin(), done.skip.end(), pl.skip.begin());
+    std::copy(done.multi.begin(), done.multi.end(), pl.multi.begin());
     if (!place_value(so.value, so.base, so.axis, so.pitch, pl)) continue;
     // A multi-slab value is not contiguous: only the placement tree (the skipped Concats and the
     // views between them) may read it.
@@ -144,11 +159,11 @@ void ExecutionContext::plan_state_placement() {
       }
     }
     if (!ok) continue;
-    done = std::move(pl);
+    std::swap(done, pl);
     so.in_place = true;
   }
-  placed_ = std::move(done.at);
-  skip_step_ = std::move(done.skip);
+  std::copy(done.at.begin(), done.at.end(), placed_.begin());
+  std::copy(done.skip.begin(), done.skip.end(), skip_step_.begin());
 }
 
 // State outputs not written in place are copied into their slab buffers now.

@@ -198,7 +198,8 @@ Status StreamingSession::fill_mask(ExecutionContext& ctx, int64_t new_rows) {
 Status StreamingSession::step(std::span<const std::pair<std::string, TensorView>> inputs) {
   const bool cold = steps_ == 0;
   ExecutionContext& ctx = cold ? *cold_ : *warm_;
-  const std::string profile = cold ? spec_.cold_start : spec_.step;
+  // Built only on error: a steady-state step must not allocate.
+  auto where = [&] { return "streaming step " + std::to_string(steps_) + " (profile '" + (cold ? spec_.cold_start : spec_.step) + "')"; };
   stats_ = StreamingStepStats{};
   stats_.cold_start = cold;
   if (cold) start_ = rows_ = 0;
@@ -212,7 +213,7 @@ Status StreamingSession::step(std::span<const std::pair<std::string, TensorView>
     for (const State& st : states_)
       if (name == st.spec.input) return InvalidArgument("streaming: input '" + name + "' is state; the session feeds it");
     if (name == spec_.mask_input) return InvalidArgument("streaming: input '" + name + "' is the mask; the session generates it");
-    KILN_RETURN_IF_ERROR(ctx.set_input(name, view).with_context("streaming step " + std::to_string(steps_) + " (profile '" + profile + "')"));
+    if (Status st = ctx.set_input(name, view); !st.ok()) return st.with_context(where());
   }
   const int64_t new_rows = new_rows_of(ctx, inputs);
   uint64_t copied = 0;
@@ -221,11 +222,12 @@ Status StreamingSession::step(std::span<const std::pair<std::string, TensorView>
   KILN_RETURN_IF_ERROR(bind_state(ctx, &copied, &in_place));
   if (!spec_.mask_input.empty()) KILN_RETURN_IF_ERROR(fill_mask(ctx, new_rows));
   stats_.cached_rows = rows_;
-  KILN_RETURN_IF_ERROR(ctx.run().with_context("streaming step " + std::to_string(steps_) + " (profile '" + profile + "')"));
+  if (Status st = ctx.run(); !st.ok()) return st.with_context(where());
   last_ = &ctx;
   copied += ctx.state_bytes_copied();
   int64_t out_rows = -1;
-  std::vector<TensorView> outs(states_.size());
+  std::vector<TensorView>& outs = outs_scratch_;
+  outs.assign(states_.size(), TensorView{});
   bool overflowed = false;
   for (size_t o = 0; o < ctx.num_outputs(); ++o)
     for (size_t i = 0; i < states_.size(); ++i) {

@@ -86,6 +86,7 @@ class StreamingSession {
   // in the step profile's opt shape; a step with k times that many adds k * tokens_per_step rows.
   std::vector<std::pair<std::string, std::pair<int, int64_t>>> timestep_axes_;
   Tensor mask_;
+  std::vector<TensorView> outs_scratch_;   // per state: its output view of the last step
   int64_t capacity_ = 0;   // rows per slab of every state buffer
   int64_t start_ = 0, rows_ = 0, steps_ = 0;   // the live window is rows [start_, start_ + rows_)
   ExecutionContext* last_ = nullptr;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,10 @@
 #include "builder/engine_build_job.h"
 #include "onnx_model_builder.h"
 #include "runtime/streaming_session.h"
+
+// Counted by the operator new that tests/unit/execution_context_test.cpp replaces.
+extern std::atomic<bool> g_counting;
+extern std::atomic<long> g_allocations;
 
 namespace kiln {
 namespace {
@@ -172,6 +177,19 @@ TEST_P(Streaming, MatchesContiguousStateThroughColdStartGrowthAndSliding) {
     }
   }
   EXPECT_FALSE((*session)->output("kv").ok());  // state is read with state()
+  if (!GetParam()) {
+    // A steady-state step, compaction included, allocates nothing.
+    Tensor x = timestep_input(1, 99);
+    std::vector<std::pair<std::string, TensorView>> in = {{"x", x.view()}};
+    for (int k = 0; k < 4; ++k) {
+      g_allocations = 0;
+      g_counting = true;
+      Status st = (*session)->step(in);
+      g_counting = false;
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(g_allocations.load(), 0) << "operator new called in steady-state streaming step " << k;
+    }
+  }
   if (!GetParam()) {
     // In place: the only copies are the compactions, one window per max_steps steps, which
     // averages to one step's new rows per step.
