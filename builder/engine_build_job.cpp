@@ -97,6 +97,21 @@ Status configure_plugins(const Graph& graph, const ResolvedProfile& rp, const st
 
 }  // namespace
 
+StreamingSpec streaming_spec(const BuildConfig& cfg) {
+  StreamingSpec spec;
+  spec.cold_start = cfg.streaming.cold_start;
+  spec.step = cfg.streaming.step;
+  for (const auto& s : cfg.streaming.state) spec.state.push_back({s.output, s.input, static_cast<int>(s.axis)});
+  spec.tokens_per_step = cfg.streaming.tokens_per_step;
+  spec.max_steps = cfg.streaming.max_steps;
+  for (const auto& [name, gen] : cfg.inputs)
+    if (gen.kind == "block_causal") {
+      spec.mask_input = name;
+      spec.mask_block = gen.block;
+    }
+  return spec;
+}
+
 StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress) {
   BuildResult result;
   std::error_code ec;
@@ -161,6 +176,8 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   in.source_model = std::filesystem::path(cfg.model).filename().string();
   in.precision = cfg.precision;
   in.plugin_libraries = plugin_libraries;
+  in.has_streaming = cfg.streaming.present;
+  if (in.has_streaming) in.streaming = streaming_spec(cfg);
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that.
   in.required_cpu_features = kCpuAvx2 | kCpuFma;
   auto tw = std::chrono::steady_clock::now();

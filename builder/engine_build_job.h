@@ -10,6 +10,7 @@
 #include "builder/build_config.h"
 #include "builder/profile_builder.h"
 #include "runtime/plan.h"
+#include "runtime/streaming_spec.h"
 
 namespace kiln {
 
@@ -29,6 +30,10 @@ struct BuildResult {
 };
 
 using ProgressFn = std::function<void(const std::string&)>;
+
+// The streaming session spec of the config's `streaming` section (the session generates the mask
+// input whose generator is block_causal).
+StreamingSpec streaming_spec(const BuildConfig& cfg);
 
 StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress);
 

@@ -114,6 +114,21 @@ StatusOr<std::string> serialize_engine(const EngineWriteInput& in) {
     blob_size = align_up(blob_size + t.nbytes());
   }
   for (const auto& lib : in.plugin_libraries) meta.add_plugin_libraries()->set_path(lib);
+  if (in.has_streaming) {
+    auto* st = meta.mutable_streaming();
+    st->set_cold_start(in.streaming.cold_start);
+    st->set_step(in.streaming.step);
+    for (const auto& s : in.streaming.state) {
+      auto* ps = st->add_state();
+      ps->set_output(s.output);
+      ps->set_input(s.input);
+      ps->set_axis(s.axis);
+    }
+    st->set_tokens_per_step(in.streaming.tokens_per_step);
+    st->set_max_steps(in.streaming.max_steps);
+    st->set_mask_input(in.streaming.mask_input);
+    st->set_mask_block(in.streaming.mask_block);
+  }
 
   std::string meta_bytes;
   google::protobuf::io::StringOutputStream sos(&meta_bytes);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/plan.h"
+#include "runtime/streaming_spec.h"
 
 namespace kiln {
 
@@ -16,6 +17,8 @@ struct EngineWriteInput {
   std::string precision = "fp32";
   uint64_t required_cpu_features = 0;
   std::vector<std::string> plugin_libraries;
+  bool has_streaming = false;
+  StreamingSpec streaming;
 };
 
 // Serializes to bytes (deterministic: the same input gives the same bytes).

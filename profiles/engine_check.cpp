@@ -168,7 +168,7 @@ double ProfileCheck::gflops_per_s() const {
 }
 
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds, double matmul_peak_gflops) {
+                              double build_seconds, double matmul_peak_gflops, const std::map<std::string, std::string>& extra) {
   std::ostringstream os;
   os << "{\n  \"engine\": {\"path\": " << json_string(built.engine_path) << ", \"bytes\": " << built.engine_bytes
      << ", \"model\": " << json_string(cfg.model) << ", \"model_bytes\": " << built.model_bytes << ", \"profiles\": [";
@@ -209,7 +209,9 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
     }
     os << "}";
   }
-  os << "\n  }\n}\n";
+  os << "\n  }";
+  for (const auto& [key, json] : extra) os << ",\n  " << json_string(key) << ": " << json;
+  os << "\n}\n";
   return os.str();
 }
 

@@ -35,8 +35,10 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
 StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
                                                  bool benchmark, const std::function<void(const std::string&)>& progress);
 
-// engine-build's REPORT.json. matmul_peak_gflops <= 0: not measured (no peak_fraction).
+// engine-build's REPORT.json. matmul_peak_gflops <= 0: not measured (no peak_fraction). `extra`
+// maps further top-level keys to JSON values (e.g. "streaming").
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds, double matmul_peak_gflops = 0);
+                              double build_seconds, double matmul_peak_gflops = 0,
+                              const std::map<std::string, std::string>& extra = {});
 
 }  // namespace kiln

@@ -214,6 +214,18 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
   out.info_.weight_bytes = weight_bytes;
   out.info_.weight_count = weights.size();
   for (const auto& lib : meta.plugin_libraries()) out.info_.plugin_libraries.push_back(lib.path());
+  if (meta.has_streaming()) {
+    const auto& st = meta.streaming();
+    StreamingSpec& spec = out.info_.streaming;
+    out.info_.has_streaming = true;
+    spec.cold_start = st.cold_start();
+    spec.step = st.step();
+    for (const auto& s : st.state()) spec.state.push_back({s.output(), s.input(), s.axis()});
+    spec.tokens_per_step = st.tokens_per_step();
+    spec.max_steps = st.max_steps();
+    spec.mask_input = st.mask_input();
+    spec.mask_block = st.mask_block();
+  }
   return Status::Ok();
 }
 

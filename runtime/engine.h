@@ -9,6 +9,7 @@
 
 #include "runtime/execution_context.h"
 #include "runtime/plan.h"
+#include "runtime/streaming_spec.h"
 
 namespace kiln {
 
@@ -35,6 +36,8 @@ struct EngineInfo {
   uint64_t weight_bytes = 0;
   size_t weight_count = 0;
   std::vector<std::string> plugin_libraries;
+  bool has_streaming = false;     // engine-build's `streaming` section, for StreamingSession
+  StreamingSpec streaming;
 };
 
 class Engine {

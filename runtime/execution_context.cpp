@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "plugins/plugin_kernel.h"
@@ -65,6 +66,17 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
     max_out = std::max(max_out, step.outputs.size());
   }
   for (int v : plan->outputs) ctx->last_use_[v] = static_cast<int>(ns);
+  ctx->slab_pitch_.assign(nv, 0);
+  ctx->slab_axis_.assign(nv, 0);
+  ctx->readers_.resize(nv);
+  ctx->producer_.assign(nv, -1);
+  ctx->placed_.assign(nv, nullptr);
+  ctx->skip_step_.assign(ns, 0);
+  for (size_t s = 0; s < ns; ++s) {
+    for (int v : plan->steps[s].inputs)
+      if (v >= 0) ctx->readers_[v].push_back(static_cast<int>(s));
+    for (int v : plan->steps[s].outputs) ctx->producer_[v] = static_cast<int>(s);
+  }
   // Reshape-like steps produce a view of their input instead of a copy. The viewed buffer (the
   // alias root) must then live as long as its last view is read.
   ctx->alias_root_.assign(nv, -1);
@@ -124,26 +136,28 @@ Status ExecutionContext::set_input(const std::string& name, const TensorView& vi
 Status ExecutionContext::set_input(size_t index, const TensorView& view) {
   if (index >= plan_->inputs.size()) return OutOfRange("input index " + std::to_string(index) + " is out of range");
   const PlanValue& pv = plan_->values[plan_->inputs[index]];
-  const std::string what = "input '" + pv.name + "'";
+  // Built only on error: binding inputs is part of a steady-state run.
+  auto what = [&] { return "input '" + pv.name + "'"; };
   if (view.dtype != pv.dtype)
-    return InvalidArgument(what + " must be " + dtype_name(pv.dtype) + ", got " + dtype_name(view.dtype));
+    return InvalidArgument(what() + " must be " + dtype_name(pv.dtype) + ", got " + dtype_name(view.dtype));
   if (pv.has_declared_shape) {
     if (static_cast<size_t>(view.shape.rank()) != pv.dims.size())
-      return InvalidArgument(what + " must have rank " + std::to_string(pv.dims.size()) + ", got shape " + view.shape.str());
+      return InvalidArgument(what() + " must have rank " + std::to_string(pv.dims.size()) + ", got shape " + view.shape.str());
     for (int d = 0; d < view.shape.rank(); ++d)
       if (pv.dims[d] >= 0 && pv.dims[d] != view.shape[d])
-        return InvalidArgument(what + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
+        return InvalidArgument(what() + " dim " + std::to_string(d) + " must be " + std::to_string(pv.dims[d]) + ", got " +
                                std::to_string(view.shape[d]) + " (shape " + view.shape.str() + ")");
   }
   if (!pv.range_min.empty()) {
     for (int d = 0; d < view.shape.rank() && d < static_cast<int>(pv.range_min.size()); ++d)
       if (view.shape[d] < pv.range_min[d] || view.shape[d] > pv.range_max[d])
-        return OutOfRange(what + " dim " + std::to_string(d) + (d < static_cast<int>(pv.dim_names.size()) && !pv.dim_names[d].empty() ? " ('" + pv.dim_names[d] + "')" : "") +
+        return OutOfRange(what() + " dim " + std::to_string(d) + (d < static_cast<int>(pv.dim_names.size()) && !pv.dim_names[d].empty() ? " ('" + pv.dim_names[d] + "')" : "") +
                           " = " + std::to_string(view.shape[d]) + " is outside profile '" + plan_->profile + "' range [" +
                           std::to_string(pv.range_min[d]) + ", " + std::to_string(pv.range_max[d]) + "]");
   }
-  if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what + " has no data");
+  if (view.numel() > 0 && view.data == nullptr) return InvalidArgument(what() + " has no data");
   views_[plan_->inputs[index]] = view;
+  slab_pitch_[plan_->inputs[index]] = 0;
   input_bound_[index] = true;
   return Status::Ok();
 }
@@ -161,10 +175,33 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   auto where = [&] { return "node '" + step.name + "' (" + step.op_type + ")"; };
   Status st = kernel.infer(in, desc);
   if (!st.ok()) return st.with_context(where());
+  if (skip_step_[s]) {
+    // Every input already sits in its slab of the placed output (state placement).
+    const int v = step.outputs[0];
+    if (desc[0].shape != planned_[v].shape) return Internal(where() + ": placed output changed shape to " + desc[0].shape.str());
+    views_[v] = TensorView{placed_[v], desc[0].dtype, desc[0].shape};
+    return Status::Ok();
+  }
   if (view_step_[s] && !bound_outputs_[step.outputs[0]].present()) {
     const int v = step.outputs[0];
     char* base = static_cast<char*>(in[0].data);
-    if (view_step_[s] == 2) {
+    slab_pitch_[v] = 0;
+    if (view_step_[s] == 2 && slab_pitch_[step.inputs[0]] > 0) {
+      // A Gather of a slab-laid-out state input: slabs are slab_pitch apart, not contiguous.
+      const int in_axis = slab_axis_[step.inputs[0]];
+      const int64_t dim0 = in[0].shape[0];
+      int64_t idx = read_int(in[1], 0);
+      if (idx < -dim0 || idx >= dim0)
+        return OutOfRange(where() + ": index " + std::to_string(idx) + " is out of range [" + std::to_string(-dim0) + ", " +
+                          std::to_string(dim0) + ") for input 0 dim 0");
+      if (idx < 0) idx += dim0;
+      base += idx * in[0].shape.numel(1, in_axis) * slab_pitch_[step.inputs[0]];
+      const int out_axis = in_axis - (in[0].shape.rank() - desc[0].shape.rank());
+      if (desc[0].shape.numel(0, out_axis) > 1) {
+        slab_pitch_[v] = slab_pitch_[step.inputs[0]];
+        slab_axis_[v] = out_axis;
+      }
+    } else if (view_step_[s] == 2) {
       // The Gather kernel checks indices in run(), which a view skips: check here.
       const int64_t dim0 = in[0].shape.rank() > 0 ? in[0].shape[0] : 0;
       int64_t idx = read_int(in[1], 0);
@@ -182,7 +219,10 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
   for (size_t o = 0; o < no; ++o) {
     const int v = step.outputs[o];
     if (!dtype_is_known(desc[o].dtype))  return Internal(where() + ": output " + std::to_string(o) + " has no inferred dtype");
-    if (bound_outputs_[v].present()) {
+    if (placed_[v]) {
+      if (desc[o].shape != planned_[v].shape) return Internal(where() + ": placed output changed shape to " + desc[o].shape.str());
+      views_[v] = TensorView{placed_[v], desc[o].dtype, desc[o].shape};
+    } else if (bound_outputs_[v].present()) {
       const TensorView& b = bound_outputs_[v];
       if (b.dtype != desc[o].dtype || b.shape != desc[o].shape)
         return InvalidArgument("output '" + plan_->values[v].name + "' is " + dtype_name(desc[o].dtype) + " " + desc[o].shape.str() +
@@ -234,6 +274,9 @@ Status ExecutionContext::run() {
     std::fill(prepared_.begin(), prepared_.end(), false);
   }
   const bool use_arena = arena_valid_;
+  // Placing state outputs needs every value's shape, known from the last run at these inputs.
+  if (use_arena) plan_state_placement();
+  else std::fill(placed_.begin(), placed_.end(), nullptr), std::fill(skip_step_.begin(), skip_step_.end(), 0);
   if (use_arena && !heap_in_use_.empty()) {
     for (int v : heap_in_use_) heap_buffers_[v] = Tensor();  // left from the unplanned run
     heap_in_use_.clear();
@@ -256,7 +299,7 @@ Status ExecutionContext::run() {
     for (int v : plan_->inputs) planned_input_shapes_.push_back(views_[v].shape);
     // Steps keep their prepared state: the next run sees identical shapes, only new buffers.
   }
-  return Status::Ok();
+  return finish_state_outputs();
 }
 
 // In an unplanned run each value has its own buffer; dropping it after its last reader keeps the
@@ -304,16 +347,71 @@ void ExecutionContext::set_profiling(bool on) {
   step_begin_ms_.assign(plan_->steps.size(), 0.0);
 }
 
+// Concat without copies: an input written by a kernel (directly, or through Reshape-like views of
+// the same size) is placed at its slice of the Concat's output buffer, so the kernel writes it
+// there and the Concat skips it (it copies only inputs not already in place). Only for a Concat
+// whose slices are contiguous (all dims before the axis are 1), e.g. torch.stack of KV caches.
+void ExecutionContext::place_concat_inputs() {
+  const size_t nv = plan_->values.size();
+  concat_host_.assign(nv, -1);
+  concat_offset_.assign(nv, 0);
+  std::vector<char> is_output(nv, 0);
+  for (int v : plan_->outputs) is_output[v] = 1;
+  for (size_t s = 0; s < plan_->steps.size(); ++s) {
+    const PlanStep& step = plan_->steps[s];
+    if (!step.domain.empty() || step.op_type != "Concat" || step.outputs.size() != 1) continue;
+    const int out = step.outputs[0];
+    const Shape& os = planned_[out].shape;
+    auto axis_attr = step.attrs.find("axis");
+    if (alias_root_[out] >= 0 || bound_outputs_[out].present() || axis_attr == step.attrs.end() || os.rank() == 0) continue;
+    const int64_t axis = axis_attr->second.i < 0 ? axis_attr->second.i + os.rank() : axis_attr->second.i;
+    if (axis < 0 || axis >= os.rank() || os.numel(0, static_cast<int>(axis)) != 1) continue;
+    size_t offset = 0;
+    for (int in : step.inputs) {
+      if (in < 0) continue;
+      const size_t bytes = static_cast<size_t>(planned_[in].shape.numel()) * dtype_size(planned_[in].dtype);
+      const int root = alias_root_[in] >= 0 ? alias_root_[in] : in;
+      const bool placeable = bytes > 0 && root != out && producer_[root] >= 0 && !view_step_[producer_[root]] && concat_host_[root] < 0 &&
+                             !bound_outputs_[root].present() && planned_[root].shape.numel() == planned_[in].shape.numel() &&
+                             planned_[root].dtype == planned_[in].dtype && !(is_output[root] && is_output[out]);
+      if (placeable) {
+        concat_host_[root] = out;
+        concat_offset_[root] = offset;
+      }
+      offset += bytes;
+    }
+  }
+}
+
 void ExecutionContext::plan_arena() {
   // Greedy best-fit by size: place each produced value at the lowest offset that does not overlap a
   // value whose lifetime [producer step, last use] intersects its own.
   struct Item { int value; int begin; int end; size_t size; };
+  const size_t nv = plan_->values.size();
+  std::vector<int> begin(nv, -1), end(nv, -1);
+  for (size_t s = 0; s < plan_->steps.size(); ++s)
+    for (int v : plan_->steps[s].outputs) {
+      begin[v] = static_cast<int>(s);
+      end[v] = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
+    }
+  place_concat_inputs();
+  // A hosted value lives inside its Concat's buffer, which must then live from the first write
+  // of any part to the last read of any part.
+  auto top = [&](int v) {
+    while (concat_host_[v] >= 0) v = concat_host_[v];
+    return v;
+  };
+  for (size_t v = 0; v < nv; ++v)
+    if (concat_host_[v] >= 0) {
+      const int r = top(static_cast<int>(v));
+      begin[r] = std::min(begin[r], begin[v]);
+      end[r] = std::max(end[r], end[v]);
+    }
   std::vector<Item> items;
   for (size_t s = 0; s < plan_->steps.size(); ++s)
     for (int v : plan_->steps[s].outputs) {
-      if (alias_root_[v] >= 0) continue;  // a view: lives in its root's buffer
-      const int end = last_use_[v] < 0 ? static_cast<int>(s) : last_use_[v];
-      items.push_back(Item{v, static_cast<int>(s), end, aligned_size(planned_[v])});
+      if (alias_root_[v] >= 0 || concat_host_[v] >= 0) continue;  // lives in another value's buffer
+      items.push_back(Item{v, begin[v], end[v], aligned_size(planned_[v])});
     }
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -337,6 +435,15 @@ void ExecutionContext::plan_arena() {
     total = std::max(total, off + it.size);
     placed.push_back(idx);
   }
+  // Hosted values sit at their offset within their host (hosts first: a host may be hosted).
+  std::vector<char> resolved(nv, 0);
+  std::function<void(int)> resolve = [&](int v) {
+    if (resolved[v] || concat_host_[v] < 0) return;
+    resolve(concat_host_[v]);
+    offsets_[v] = offsets_[concat_host_[v]] + concat_offset_[v];
+    resolved[v] = 1;
+  };
+  for (size_t v = 0; v < nv; ++v) resolve(static_cast<int>(v));
   if (total > arena_bytes_ || !arena_) {
     auto arena = aligned_alloc_shared(total);
     if (!arena) return;  // stays unplanned: the next run uses per-value buffers again

@@ -31,6 +31,27 @@ class ExecutionContext {
   // agree (an error names the output and both shapes otherwise). An empty view unbinds.
   Status bind_output(const std::string& name, const TensorView& buffer);
 
+  // Streaming state (what StreamingSession uses; see runtime/state_placement.cpp). A state tensor
+  // lives in a caller-owned buffer laid out as slabs: the dims before `axis` index slabs that are
+  // `slab_pitch` bytes apart, each holding up to `capacity_rows` rows along `axis` (rows are
+  // contiguous, as are the dims after `axis`). Growing a cache along `axis` then never moves it.
+  //
+  // A state input is read in place when every reader selects single slabs by constant leading
+  // Gathers (a layer's slice of a stacked KV cache); otherwise binding it fails and the caller
+  // passes a contiguous copy instead. `view.data` is the first row of slab 0.
+  Status set_state_input(const std::string& name, const TensorView& view, int axis, int64_t slab_pitch);
+  // A state output is written into the same kind of buffer. When the steps producing it are a tree
+  // of Concat/Unsqueeze over per-slab producers (torch.stack of per-layer caches), those producers
+  // write straight into their slabs and the Concats are skipped; this needs the shapes of a
+  // previous run at the same input shapes. Otherwise the output is computed as usual and copied
+  // into the buffer after the run (state_bytes_copied() counts it). An empty `base` unbinds.
+  Status bind_state_output(const std::string& name, void* base, int axis, int64_t slab_pitch, int64_t capacity_rows);
+  // After run(): whether a bound state output was written in place, whether it did not fit (then
+  // nothing was copied and output() holds it contiguously), and the bytes copied for state.
+  bool state_output_in_place(const std::string& name) const;
+  bool state_output_overflowed(const std::string& name) const;
+  uint64_t state_bytes_copied() const { return state_bytes_copied_; }
+
   // Runs once at the profile's max shapes (sizing the arena for the whole range) and once at its
   // opt shapes (planning buffers and preparing kernels), on zero-filled inputs, so the first real
   // run at opt needs no preparation. Inputs must be bound again afterwards.
@@ -59,8 +80,16 @@ class ExecutionContext {
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
   Status run_step(size_t s, bool use_arena);
   void plan_arena();
+  void place_concat_inputs();
   void release_dead_buffers(size_t s);
   Status check_named_dims() const;
+  // Streaming state (runtime/state_placement.cpp).
+  Status check_state_readers(int value, const Shape& shape, int axis, std::string* why) const;
+
+  struct Placement;
+  bool place_value(int value, char* base, int axis, int64_t pitch, Placement& pl) const;
+  void plan_state_placement();
+  Status finish_state_outputs();
 
   std::shared_ptr<const Plan> plan_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
@@ -84,6 +113,21 @@ class ExecutionContext {
   // Scratch spans reused by every step, sized once at creation.
   std::vector<TensorView> in_scratch_, out_scratch_;
   std::vector<TensorDesc> desc_scratch_;
+  // Streaming state: per value, the slab pitch in bytes (0 = contiguous) and the slab axis of a
+  // state input or a Gather view of one; placed_ is where a placed value is written (or nullptr).
+  std::vector<int64_t> slab_pitch_;
+  std::vector<int> slab_axis_;
+  std::vector<std::vector<int>> readers_;     // per value: steps reading it
+  std::vector<int> producer_;                 // per value: the step writing it, or -1
+  struct StateOutput { int value; char* base; int axis; int64_t pitch; int64_t capacity_rows; bool in_place; bool overflowed; };
+  std::vector<StateOutput> state_outputs_;
+  std::vector<char*> placed_;
+  struct Placement { std::vector<char*> at; std::vector<char> skip, multi; };
+  Placement placement_done_, placement_try_;  // scratch of plan_state_placement
+  std::vector<int> concat_host_;              // per value: the Concat output whose buffer holds it, or -1
+  std::vector<size_t> concat_offset_;         // its byte offset in there
+  std::vector<char> skip_step_;               // per step: a Concat whose inputs were written in place
+  uint64_t state_bytes_copied_ = 0;
   bool profiling_ = false;
   std::vector<double> step_ms_;
   std::vector<double> step_begin_ms_;

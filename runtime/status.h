@@ -9,7 +9,7 @@
 
 namespace kiln {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kUnimplemented, kOutOfRange, kDataLoss, kInternal, kIo };
+enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kUnimplemented, kOutOfRange, kDataLoss, kInternal, kIo, kFailedPrecondition, kResourceExhausted };
 
 class [[nodiscard]] Status {
  public:
@@ -46,6 +46,9 @@ inline Status OutOfRange(std::string m) { return Status(StatusCode::kOutOfRange,
 inline Status DataLoss(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
 inline Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 inline Status IoError(std::string m) { return Status(StatusCode::kIo, std::move(m)); }
+// The call is valid but the object is not in a state that allows it (a caller may fall back).
+inline Status FailedPrecondition(std::string m) { return Status(StatusCode::kFailedPrecondition, std::move(m)); }
+inline Status ResourceExhausted(std::string m) { return Status(StatusCode::kResourceExhausted, std::move(m)); }
 
 template <typename T>
 class [[nodiscard]] StatusOr {

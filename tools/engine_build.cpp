@@ -11,6 +11,7 @@
 #include "builder/engine_build_job.h"
 #include "profiles/engine_check.h"
 #include "profiles/matmul_peak.h"
+#include "profiles/streaming_check.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 
@@ -108,6 +109,27 @@ void print_table(const std::vector<ProfileCheck>& checks) {
   }
 }
 
+void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& checks) {
+  const auto& l = s.latency;
+  std::printf("\nstreaming: cold start %.2f ms, then %d steps: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f ms; %d over the %.1f ms budget\n",
+              s.cold_start_ms, s.steps, l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, s.deadline_misses, s.budget_ms);
+  std::printf("state: %.2f MB copied per step on average (max %.2f MB), %.2f MB appended in place per step, %d of %d steps fully in place; "
+              "buffers %.1f MB; profile switch %.2f ms\n",
+              s.state_bytes_copied_per_step / 1e6, static_cast<double>(s.state_bytes_copied_max) / 1e6, s.state_bytes_appended_per_step / 1e6,
+              s.in_place_steps, s.steps, static_cast<double>(s.state_buffer_bytes) / 1e6, s.profile_switch_ms);
+  // The seed's yardstick: how much cheaper a step is than a cold start, in this run.
+  const ProfileCheck* full = nullptr;
+  const ProfileCheck* step = nullptr;
+  for (const auto& c : checks) {
+    if (!c.benchmarked) continue;
+    if (!full || c.bench.latency.p50_ms > full->bench.latency.p50_ms) full = &c;
+    if (!step || c.bench.latency.p50_ms < step->bench.latency.p50_ms) step = &c;
+  }
+  if (full && step && full != step && step->bench.latency.p50_ms > 0)
+    std::printf("profile '%s' p50 is %.2fx faster than profile '%s' p50\n", step->profile.c_str(),
+                full->bench.latency.p50_ms / step->bench.latency.p50_ms, full->profile.c_str());
+}
+
 Status run(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
@@ -132,10 +154,17 @@ Status run(const Args& args) {
     print_table(checks);
     print_layer_summary(checks, peak_gflops);
   }
+  std::map<std::string, std::string> extra;
+  if (cfg.streaming.present) {
+    KILN_ASSIGN_OR_RETURN(StreamingResult streaming, run_streaming_check(engine, cfg, args.bench, progress));
+    progress("streaming: equivalence full(T) vs full(T-1) + step: max abs err " + std::to_string(streaming.equivalence_max_abs_err) + " (tolerance 1e-4)");
+    if (args.bench) print_streaming(streaming, checks);
+    extra["streaming"] = streaming_report_json(streaming);
+  }
 
   const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
   std::ofstream f(report);
-  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops);
+  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra);
   if (!f) return IoError("cannot write report '" + report + "'");
   std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
               static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());

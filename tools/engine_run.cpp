@@ -148,6 +148,14 @@ Status inspect(const std::string& path) {
               info.precision.c_str(), cpu_feature_names(info.required_cpu_features).c_str());
   std::printf("  file %.1f MB, weights %.1f MB in %zu tensors (stored once for all profiles)\n",
               static_cast<double>(info.file_bytes) / 1e6, static_cast<double>(info.weight_bytes) / 1e6, info.weight_count);
+  if (info.has_streaming) {
+    const StreamingSpec& st = info.streaming;
+    std::string pairs;
+    for (const auto& s : st.state) pairs += (pairs.empty() ? "" : ", ") + s.output + " -> " + s.input + " (axis " + std::to_string(s.axis) + ")";
+    std::printf("  streaming: cold start '%s', then '%s' steps; state %s; window %lld steps x %lld tokens%s\n", st.cold_start.c_str(),
+                st.step.c_str(), pairs.c_str(), static_cast<long long>(st.max_steps), static_cast<long long>(st.tokens_per_step),
+                st.mask_input.empty() ? "" : ("; mask '" + st.mask_input + "' generated block-causal").c_str());
+  }
   for (size_t p = 0; p < engine->profiles().size(); ++p) {
     const ProfileInfo& pi = engine->profiles()[p];
     const Plan& plan = *engine->plan(p);

@@ -107,7 +107,8 @@ KernelOr make_concat(const KernelArgs&, AttrReader& attrs) {
         for (const TensorView& t : in) {
           const int64_t chunk = t.shape.numel(axis, os.rank()) * static_cast<int64_t>(es);
           const char* src = static_cast<const char*>(t.data);
-          if (chunk > 0) {
+          // An input already in place (a streaming cache the output grows from) is not copied.
+          if (chunk > 0 && !(outer == 1 && src == dst + offset)) {
 #pragma omp parallel for schedule(static) if (outer * chunk >= kParallelBytes && outer > 1)
             for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + offset, src + o * chunk, chunk);
           }

@@ -46,6 +46,7 @@ CT_TPT = 34  # control transformer tokens per timestep at the small size
 MODELS = {
     "control_transformer": {
         "config": "control_transformer_small.yaml",
+        "streaming": {"steps": 5},
         "profiles": {
             "full": [("full:T=1", "min"), ("full:T=3", "between"), ("full:T=5", "between"), ("full:T=6", "opt=max")],
             "incremental": [("incremental:T=1,cached=1", "min"), ("incremental:T=1,cached=3", "between"),
@@ -174,9 +175,42 @@ def check_report(model, report_path, engine_path, profiles, bench, res):
             if not problems:
                 print(f"    {p}: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, budget {pr['budget_ms']} ms, "
                       f"within_budget {wb}", flush=True)
+        if "streaming" in MODELS[model]:
+            problems += check_streaming(rep.get("streaming"), bench)
     except Exception as e:  # noqa: BLE001 - any malformed report is a failure
         problems.append(f"{type(e).__name__}: {e}")
     res.record(name, not problems, "; ".join(problems))
+
+
+def check_streaming(st, bench):
+    """The report's streaming section: equivalence within 1e-4, and every paced step in place."""
+    if not isinstance(st, dict):
+        return [f"streaming section missing: {st!r}"]
+    problems = []
+    err = st.get("equivalence_max_abs_err")
+    if not isinstance(err, (int, float)) or not 0 <= err <= 1e-4:
+        problems.append(f"streaming.equivalence_max_abs_err = {err!r}, expected within [0, 1e-4]")
+    if sorted(st.get("equivalence_err", {})) != ["kv_cache", "predictions", "projected_embeddings"]:
+        problems.append(f"streaming.equivalence_err compares {sorted(st.get('equivalence_err', {}))}")
+    if not bench:
+        return problems
+    steps = MODELS["control_transformer"]["streaming"]["steps"]
+    if st.get("steps") != steps or st.get("in_place_steps") != steps:
+        problems.append(f"streaming: {st.get('in_place_steps')} of {st.get('steps')} steps in place, expected {steps} of {steps}")
+    lat = st.get("latency_ms", {})
+    if not (0 < lat.get("p50", 0) <= lat.get("p99", 0) <= lat.get("max", 0)):
+        problems.append(f"streaming.latency_ms not ordered: {lat}")
+    # State moves O(new tokens): compactions average out to at most about one step's rows.
+    appended, copied = st.get("state_bytes_appended_per_step", 0), st.get("state_bytes_copied_per_step", -1)
+    if not (appended > 0 and 0 <= copied <= 2 * appended):
+        problems.append(f"streaming copies {copied} bytes per step for {appended} appended (more than 2x)")
+    misses = st.get("deadline_misses")
+    if not isinstance(misses, int) or not 0 <= misses <= steps:
+        problems.append(f"streaming.deadline_misses = {misses!r}")
+    if not problems:
+        print(f"    streaming: {steps} steps p50 {lat['p50']:.2f} ms, equivalence err {err:.2e}, "
+              f"{copied / 1e3:.1f} kB copied / {appended / 1e3:.1f} kB appended per step", flush=True)
+    return problems
 
 
 def case_inputs(ref_dir, case, input_names):

@@ -11,10 +11,9 @@
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
 
-namespace {
+// Global (not static): tests/unit/streaming_session_test.cpp counts with them too.
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
-}  // namespace
 
 void* operator new(size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) { g_allocations.fetch_add(1, std::memory_order_relaxed); if (std::getenv("KILN_ABORT_ON_ALLOC")) std::abort(); }
@@ -280,6 +279,57 @@ TEST(ExecutionContext, LeadingGatherIsAViewAndStillChecksItsIndex) {
     const TensorView& y = (*ctx)->output(0);
     EXPECT_EQ(y.shape, (Shape{4}));
     for (int i = 0; i < 4; ++i) EXPECT_EQ(y.as<float>()[i], static_cast<float>(row * 4 + i));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Concat without copies: the arena places the Relu outputs inside the stacked output, the Concats
+// skip them. The values must be right on arena runs too (run 2 onwards), when a placed input is
+// read again after the Concat (its buffer lives as long as the Concat's), and when one value is
+// concatenated twice (only one copy can be in place).
+TEST(ExecutionContext, ConcatInputsWrittenInPlaceGiveTheSameValues) {
+  testing::OnnxModelBuilder b;
+  b.input("a", DType::kFloat32, {std::string("N"), int64_t{3}}).input("c", DType::kFloat32, {std::string("N"), int64_t{3}});
+  b.initializer("ax0", {0}, {1});
+  b.node("Relu", {"a"}, {"ra"});
+  b.node("Neg", {"c"}, {"nc"});
+  b.node("Unsqueeze", {"ra", "ax0"}, {"ua"});
+  b.node("Unsqueeze", {"nc", "ax0"}, {"uc"});
+  testing::OnnxModelBuilder::int_attr(b.node("Concat", {"ua", "uc", "ua"}, {"stack"}), "axis", 0);   // [3, N, 3]
+  testing::OnnxModelBuilder::int_attr(b.node("Concat", {"stack", "stack"}, {"twice"}), "axis", 1);  // [3, 2N, 3]
+  b.node("Mul", {"ra", "nc"}, {"late"});  // reads the placed values after the Concats
+  b.output("twice").output("late");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto plan = build_plan(*g, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  for (int64_t n : {2, 2, 2, 5, 5, 1}) {
+    Tensor a = Tensor::zeros(DType::kFloat32, Shape{n, 3}), c = Tensor::zeros(DType::kFloat32, Shape{n, 3});
+    for (int64_t i = 0; i < 3 * n; ++i) {
+      a.as<float>()[i] = static_cast<float>(i % 5) - 2.0f + 0.125f * static_cast<float>(n);
+      c.as<float>()[i] = 0.5f * static_cast<float>(i) - 1.0f;
+    }
+    ASSERT_TRUE((*ctx)->set_input("a", a.view()).ok());
+    ASSERT_TRUE((*ctx)->set_input("c", c.view()).ok());
+    Status st = (*ctx)->run();
+    ASSERT_TRUE(st.ok()) << st.message();
+    const TensorView twice = (*ctx)->output(0), late = (*ctx)->output(1);
+    ASSERT_EQ(twice.shape, (Shape{3, 2 * n, 3}));
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t r = 0; r < 2 * n; ++r)
+        for (int64_t j = 0; j < 3; ++j) {
+          const int64_t i = (r % n) * 3 + j;
+          const float want = k == 1 ? -c.as<float>()[i] : std::max(0.0f, a.as<float>()[i]);
+          ASSERT_EQ(twice.as<float>()[(k * 2 * n + r) * 3 + j], want) << "n " << n << " k " << k << " r " << r << " j " << j;
+        }
+    for (int64_t i = 0; i < 3 * n; ++i) ASSERT_EQ(late.as<float>()[i], std::max(0.0f, a.as<float>()[i]) * -c.as<float>()[i]) << i;
   }
 }
 

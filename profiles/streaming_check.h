@@ -1,0 +1,44 @@
+// The streaming half of engine-build (config section `streaming`): an equivalence check — full(T)
+// must equal full(T-1) followed by one incremental step, outputs and state — and a streaming
+// benchmark: one cold start, then `steps` steps paced at rate_hz on a real clock.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "builder/build_config.h"
+#include "profiles/latency_stats.h"
+#include "runtime/streaming_session.h"
+
+namespace kiln {
+
+struct StreamingResult {
+  // Equivalence: largest |full(T) - (full(T-1) + step)| per compared output and state.
+  std::map<std::string, double> equivalence_err;
+  double equivalence_max_abs_err = 0;
+  int64_t equivalence_timesteps = 0;   // T
+  // Benchmark.
+  int steps = 0;
+  LatencyStats latency;                // per step, cold start excluded
+  double budget_ms = 0;
+  int deadline_misses = 0;             // steps over budget
+  double cold_start_ms = 0;
+  double profile_switch_ms = 0;        // first step after the cold start minus the steps' p50
+  double state_bytes_copied_per_step = 0;    // mean over the steps
+  uint64_t state_bytes_copied_max = 0;
+  double state_bytes_appended_per_step = 0;  // the new rows written in place, for scale
+  uint64_t state_buffer_bytes = 0;
+  int in_place_steps = 0;
+  int64_t cached_rows = 0;             // cache rows in the last step
+};
+
+// Runs the session the engine records (engine-build wrote the config's streaming section into it).
+StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engine, const BuildConfig& cfg, bool benchmark,
+                                              const std::function<void(const std::string&)>& progress);
+
+// The report's "streaming" object.
+std::string streaming_report_json(const StreamingResult& r);
+
+}  // namespace kiln
