@@ -1,6 +1,6 @@
-// The fused kiln::Attention kernel (float32): flash-attention style, one query tile at a time
-// against key tiles, with a running max and sum per row, so no more than one tile of scores
-// exists at a time.
+// The fused kiln::Attention kernel (float32 in and out; products in f32 or, with precision bf16,
+// in bf16 with f32 accumulation): flash-attention style, one query tile at a time against key
+// tiles, with a running max and sum per row, so no more than one tile of scores exists at a time.
 #pragma once
 
 #include <cstddef>
@@ -21,5 +21,7 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
 
 // Lets tests exercise the AVX2 tile code on an AVX-512 machine. Returns whether AVX-512 is now used.
 bool allow_avx512(bool allowed);
+// Whether precision bf16 runs in bf16 here (AVX-512 BF16); otherwise it runs the f32 path.
+bool bf16_supported();
 
 }  // namespace kiln::attention

@@ -150,6 +150,8 @@ class AttentionBuild final : public PluginBuild {
     f["mask"] = Attribute::String(masks[static_cast<int>(p_.mask)]);
     if (p_.mask == MaskKind::kBlockCausal) f["block"] = Attribute::Int(p_.block);
     f["kv_cache"] = Attribute::Int(p_.kv_cache ? 1 : 0);
+    // Written only when not the default, so fp32 engines keep their fields.
+    if (p_.precision == attention::Precision::kBf16) f["precision"] = Attribute::String("bf16");
     return f;
   }
 
@@ -175,7 +177,8 @@ class AttentionCreator final : public PluginCreator {
   std::vector<PluginFieldSpec> field_specs() const noexcept override {
     using K = Attribute::Kind;
     return {{"num_heads", K::kInt, true}, {"scale", K::kFloat, true},   {"layout", K::kString, false},
-            {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false}};
+            {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false},
+            {"precision", K::kString, false}};
   }
 
   StatusOr<std::unique_ptr<PluginBuild>> create(const AttrMap& fields) const noexcept override {
@@ -240,6 +243,11 @@ class AttentionCreator final : public PluginCreator {
         return InvalidArgument("kiln::Attention: field 'kv_cache' = " + std::to_string(it->second.i) +
                                " must be 0 or 1");
       p.kv_cache = it->second.i == 1;
+    }
+    if (auto it = fields.find("precision"); it != fields.end()) {
+      if (it->second.s == "fp32") p.precision = attention::Precision::kFp32;
+      else if (it->second.s == "bf16") p.precision = attention::Precision::kBf16;
+      else return InvalidArgument("kiln::Attention: field 'precision' = '" + it->second.s + "' is not fp32 or bf16");
     }
     return std::unique_ptr<PluginBuild>(std::make_unique<AttentionBuild>(p));
   }
