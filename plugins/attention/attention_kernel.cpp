@@ -1,6 +1,9 @@
 #include "plugins/attention/attention_kernel.h"
 
+#include <cpuid.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,17 +29,27 @@ bool cpu_has_avx512() {
   return has;
 }
 
-bool cpu_has_avx512_bf16() {
-  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+// AMX-TILE and AMX-BF16 (CPUID.7.0:EDX bits 24 and 22), and Linux's permission to use the tile
+// data state, which a process must request once (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
+bool cpu_has_amx_bf16() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16") || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+      return false;
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
   return has;
 }
 
 std::atomic<bool> g_avx512_allowed{true};
 
-// bf16 needs AVX512_BF16; without it the f32 path runs.
+// bf16 runs on AMX; without it the f32 path runs (AVX512_BF16's vdpbf16ps alone is no faster
+// than f32 FMA on the CPUs that have it).
 TileOps tile_ops(const Params& p) {
   if (!g_avx512_allowed.load(std::memory_order_relaxed) || !cpu_has_avx512()) return avx2_tile_ops();
-  if (p.precision == Precision::kBf16 && cpu_has_avx512_bf16()) return avx512_bf16_tile_ops();
+  if (p.precision == Precision::kBf16 && cpu_has_amx_bf16()) return amx_bf16_tile_ops();
   return avx512_tile_ops();
 }
 
@@ -120,8 +133,8 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
   }
   const float* krow[kTk];
   const float* vrow[kTk];
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTk) {
-    const int64_t nk = std::min(kTk, k_end - k0), nkp = round_up(nk, ops.key_pad);
+  for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
+    const int64_t nk = std::min(ops.key_tile, k_end - k0), nkp = round_up(nk, ops.key_pad);
     if (explicit_mask && !mask_tile_any_visible(pr, q0, nq, k0, nk)) continue;
     for (int64_t j = 0; j < nk; ++j) {
       krow[j] = pr.row(pr.k, k0 + j);
@@ -133,6 +146,7 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
     if (explicit_mask || (positional && k0 + nk > all_visible_below)) apply_mask(pr, sc.s, q0, nq, k0, nk);
     ops.update(kt, sc, nqp, Dh);
   }
+  if (ops.finish) ops.finish();
   for (int64_t i = 0; i < nq; ++i) {
     float* dst = pr.out + (q0 + i) * pr.out_row;
     const float* o = sc.o + i * Dhp;
@@ -152,16 +166,18 @@ bool allow_avx512(bool allowed) {
   return allowed && cpu_has_avx512();
 }
 
-bool bf16_supported() { return cpu_has_avx512_bf16(); }
+bool bf16_supported() { return cpu_has_amx_bf16(); }
 
 size_t scratch_bytes(int64_t Dh) {
-  const int64_t Dh_even = round_up(std::max<int64_t>(Dh, 1), 2), Dhp = padded_dh(Dh), f = sizeof(float);
-  return aligned_bytes(Dh_even * kTq * f) + aligned_bytes(kTk * kTq * f) + aligned_bytes(kTq * Dhp * f) +
-         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + 2 * aligned_bytes(kTk * Dhp * f) + aligned_bytes(kTk / 2 * kTq * 4);
+  // Dhp (Dh rounded up to 32) also covers the bf16 path's padding of the reduction axis.
+  const int64_t Dhp = padded_dh(Dh), f = sizeof(float);
+  return aligned_bytes(Dhp * kTq * f) + aligned_bytes(kTk * kTq * f) + aligned_bytes(kTq * Dhp * f) +
+         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + aligned_bytes(kTk * Dhp * 2) +
+         aligned_bytes(kTk / 2 * Dhp * 4) + aligned_bytes(kTq * kTk / 2 * 4);
 }
 
 Scratch carve_scratch(void* base, int64_t Dh) {
-  const int64_t Dh_even = round_up(std::max<int64_t>(Dh, 1), 2), Dhp = padded_dh(Dh), f = sizeof(float);
+  const int64_t Dhp = padded_dh(Dh), f = sizeof(float);
   char* p = static_cast<char*>(base);
   auto take = [&](int64_t bytes) {
     void* r = p;
@@ -169,16 +185,16 @@ Scratch carve_scratch(void* base, int64_t Dh) {
     return r;
   };
   Scratch s;
-  s.q = take(Dh_even * kTq * f);
+  s.q = take(Dhp * kTq * f);
   s.s = static_cast<float*>(take(kTk * kTq * f));
   s.o = static_cast<float*>(take(kTq * Dhp * f));
   s.m = static_cast<float*>(take(kTq * f));
   s.l = static_cast<float*>(take(kTq * f));
   s.alpha = static_cast<float*>(take(kTq * f));
   s.zero = static_cast<float*>(take(Dhp * f));
-  s.kpack = take(kTk * Dhp * f);
-  s.vpack = take(kTk * Dhp * f);
-  s.ppack = take(kTk / 2 * kTq * 4);
+  s.kpack = take(kTk * Dhp * 2);
+  s.vpack = take(kTk / 2 * Dhp * 4);
+  s.ppack = take(kTq * kTk / 2 * 4);
   return s;
 }
 

@@ -21,7 +21,7 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
 
 // Lets tests exercise the AVX2 tile code on an AVX-512 machine. Returns whether AVX-512 is now used.
 bool allow_avx512(bool allowed);
-// Whether precision bf16 runs in bf16 here (AVX-512 BF16); otherwise it runs the f32 path.
+// Whether precision bf16 runs in bf16 here (AMX-BF16); otherwise it runs the f32 path.
 bool bf16_supported();
 
 }  // namespace kiln::attention

@@ -1,5 +1,5 @@
 // The per-tile compute of the kiln::Attention kernel, one implementation per instruction set:
-// AVX2 f32 (the baseline), AVX-512 f32 and AVX-512 bf16 (products in bf16, f32 accumulation and
+// AVX2 f32 (the baseline), AVX-512 f32 and AMX bf16 (products in bf16, f32 accumulation and
 // softmax). The driver (attention_kernel.cpp) walks query tiles against key tiles, applies masks
 // and picks the implementation at run time.
 //
@@ -16,7 +16,7 @@ namespace kiln::attention {
 // Query rows and keys per tile: a tile's scores, packed Q and accumulator stay in L1/L2 for Dh up
 // to ~128.
 constexpr int64_t kTq = 64;
-constexpr int64_t kTk = 48;
+constexpr int64_t kTk = 64;  // the largest key tile of any implementation
 constexpr size_t kAlign = 64;
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -25,16 +25,16 @@ inline int64_t padded_dh(int64_t Dh) { return round_up(Dh < 1 ? 1 : Dh, 32); }
 
 // One thread's scratch, carved from its workspace slot.
 struct Scratch {
-  void* q;       // packed (scale * Q_tile): f32 [Dh, kTq] or bf16 pairs [ceil(Dh/2), kTq, 2]
+  void* q;       // packed (scale * Q_tile): f32 [Dh, kTq] or bf16 pairs [round_up(Dh, 32) / 2, kTq, 2]
   float* s;      // [kTk, kTq]  S^T, then P^T (rows past the tile's keys are not written)
   float* o;      // [kTq, Dhp]  unnormalized output accumulator
   float* m;      // [kTq]       running max per query
   float* l;      // [kTq]       running sum per query
   float* alpha;  // [kTq]       rescale factor of the current key tile
   float* zero;   // [Dhp]       zeros: the K/V row of padding keys
-  void* kpack;   // the key tile's K rows: f32 [kTk, Dhp] or bf16 [kTk, 2 * ceil(Dh/2)]
-  void* vpack;   // the key tile's V rows: f32 [kTk, Dhp] or bf16 key pairs [kTk / 2, Dhp, 2]
-  void* ppack;   // bf16 only: P^T as key pairs, [kTk / 2, kTq, 2]
+  void* kpack;   // bf16 only: the key tile's K rows, [kTk, round_up(Dh, 32)]
+  void* vpack;   // bf16 only: the key tile's V as key pairs, [kTk / 2, Dhp, 2]
+  void* ppack;   // bf16 only: P as key pairs, [kTq, kTk / 2, 2]
 };
 size_t scratch_bytes(int64_t Dh);
 Scratch carve_scratch(void* base, int64_t Dh);
@@ -51,19 +51,22 @@ struct TileOps {
   // keys to a multiple of key_pad, with krow/vrow of padding keys pointing at Scratch::zero.
   int64_t query_pad;
   int64_t key_pad;
+  int64_t key_tile;  // keys per tile, <= kTk
   // Packs scale * Q rows q + i * q_row (i < nq) into sc.q, zero-filling queries [nq, nqp).
   void (*pack_q)(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc);
   // sc.s[j, i] = <K_j, packed Q_i> for j < round_up(nk, key_pad), i < nqp.
   void (*score)(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh);
   // Online softmax over the (masked) tile sc.s, then o = alpha * o + P * V_tile.
   void (*update)(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh);
+  // Called after each query tile when not null (AMX: releases the tile registers).
+  void (*finish)();
 };
 
 // The f32 Q packing that both f32 implementations read: qt[d, i] = scale * q_i[d].
 void pack_q_f32(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc);
 
 TileOps avx2_tile_ops();
-TileOps avx512_tile_ops();       // needs AVX-512F
-TileOps avx512_bf16_tile_ops();  // needs AVX-512F, BW and BF16
+TileOps avx512_tile_ops();    // needs AVX-512 F, BW, DQ, VL
+TileOps amx_bf16_tile_ops();  // also needs AVX512_BF16, AMX-TILE, AMX-BF16 and the kernel's permission
 
 }  // namespace kiln::attention

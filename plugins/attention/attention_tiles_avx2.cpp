@@ -177,6 +177,6 @@ void pack_q_f32(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t 
     for (int64_t d = 0; d < Dh; ++d) std::memset(qt + d * kTq + nq, 0, sizeof(float) * (nqp - nq));
 }
 
-TileOps avx2_tile_ops() { return TileOps{32, 8, pack_q, score, update}; }
+TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr}; }
 
 }  // namespace kiln::attention

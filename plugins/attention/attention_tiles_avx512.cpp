@@ -1,5 +1,5 @@
-// The AVX-512 tile compute: f32 (FMA) and bf16 (vdpbf16ps: bf16 products, f32 accumulation; the
-// softmax stays f32). Both are chosen at run time, so this file is compiled for AVX-512 through a
+// The AVX-512 tile compute: f32 (FMA) and bf16 (AMX tdpbf16ps: bf16 products, f32 accumulation;
+// the softmax stays f32). Both are chosen at run time, so this file is compiled for them through a
 // target pragma and must not instantiate any template with external linkage (such a copy could be
 // picked by the linker for callers on CPUs without AVX-512): helpers are internal, no std templates.
 #include <immintrin.h>
@@ -10,7 +10,7 @@
 #include "plugins/attention/attention_tiles.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")
 // GCC 12's _mm512_undefined_ps() initializes a variable from itself, which -Wmaybe-uninitialized
 // reports at every max/min/roundscale.
 #pragma GCC diagnostic push
@@ -204,192 +204,214 @@ void update_f32(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
   }
 }
 
-// ---- bf16 ------------------------------------------------------------------------------------
-// vdpbf16ps multiplies bf16 pairs along the reduction axis, so the packed operands keep the two
-// elements of each pair adjacent: Q as (d, d+1) pairs per query, K rows as they are (pairs of d),
-// V and P as (j, j+1) pairs of keys per head lane / per query.
+// ---- bf16 on AMX ---------------------------------------------------------------------------
+// Every tile register is 16 rows of 64 bytes: 16 f32, or 16 bf16 pairs. tdpbf16ps multiplies bf16
+// pairs along the reduction axis, so B operands keep each pair adjacent ("VNNI" layout).
+//   Q·Kᵀ: S^T[16 keys, 16 queries] += K rows (A: 16 keys x 32 d) * Q pairs (B: 16 d pairs x 16 queries)
+//   P·V:  O[16 queries, 16 d] += P rows (A: 16 queries x 32 keys) * V pairs (B: 16 key pairs x 16 d)
+// Q is packed once per query tile; K, V and P once per key tile (P needs a 32-bit transpose, since
+// the softmax runs on S^T with queries along the vectors).
 
-inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+void configure_tiles() {
+  TileConfig c;
+  std::memset(&c, 0, sizeof(c));
+  c.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// The reduction axis of Q·Kᵀ padded to whole tiles.
+inline int64_t dh_tiles(int64_t Dh) { return round_up(Dh < 1 ? 1 : Dh, 32); }
 
 // 32 bf16: a[0], b[0], a[1], b[1], ..., a[15], b[15].
 inline __m512i interleave_bf16(__m512 a, __m512 b) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
                                        20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512bh ab = _mm512_cvtne2ps_pbh(b, a);  // a in the low half, b in the high half
-  return _mm512_permutexvar_epi16(idx, (__m512i)ab);
+  return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // a low, b high
 }
 
-void pack_q_bf16(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
-  const int64_t Dh2 = idiv_up(Dh, 2);
+// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      t[8 * h + k] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0x88);
+      t[8 * h + k + 4] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0xdd);
+    }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0xdd);
+  }
+}
+
+// qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < dh_tiles(Dh) / 2, zero past Dh and nq. Also
+// loads this thread's tile configuration: a query tile is where a thread starts AMX work.
+void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
+  configure_tiles();
   uint32_t* qb = static_cast<uint32_t*>(sc.q);
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t i = 0; i < nqp; ++i)
-    for (int64_t d = 0; d < Dh; d += 32) {
+    for (int64_t d = 0; d < dh_tiles(Dh); d += 32) {
       __m512 x0 = _mm512_setzero_ps(), x1 = x0;
       if (i < nq) {
         x0 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), q + i * q_row + d));
         x1 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d - 16), q + i * q_row + d + 16));
       }
-      // The 32 bf16 of q[d, d + 32) in order: 16 (d, d+1) pairs.
-      alignas(64) uint32_t pairs[16];
+      alignas(64) uint32_t pairs[16];  // q[d, d + 32) as 16 (d, d+1) pairs
       _mm512_store_si512(pairs, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-      for (int64_t w = 0; w < imin(16, Dh2 - d / 2); ++w) qb[(d / 2 + w) * kTq + i] = pairs[w];
+#pragma GCC unroll 16
+      for (int w = 0; w < 16; ++w) qb[(d / 2 + w) * kTq + i] = pairs[w];
     }
 }
 
-// kb[j, d] = bf16(K_j[d]) for j < nk, rows of 2 * ceil(Dh / 2) (a zero pad for odd Dh).
-void pack_k_bf16(const KeyTile& kt, const Scratch& sc, int64_t Dh) {
-  const int64_t Dh2 = idiv_up(Dh, 2);
-  uint16_t* kb = static_cast<uint16_t*>(sc.kpack);
-  for (int64_t j = 0; j < kt.nk; ++j)
-    for (int64_t d = 0; d < 2 * Dh2; d += 16) {
-      const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lanes(Dh - d), kt.krow[j] + d));
-      _mm256_mask_storeu_epi16(kb + j * 2 * Dh2 + d, lanes(2 * Dh2 - d), (__m256i)h);
+void score_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
+  const int64_t Dht = dh_tiles(Dh), nkp = round_up(kt.nk, 16);
+  uint16_t* kb = static_cast<uint16_t*>(sc.kpack);  // [nkp, Dht]: K rows, zero past nk and Dh
+  for (int64_t j = 0; j < nkp; ++j)
+    for (int64_t d = 0; d < Dht; d += 16) {
+      const __m512 x = j < kt.nk ? _mm512_maskz_loadu_ps(lanes(Dh - d), kt.krow[j] + d) : _mm512_setzero_ps();
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + j * Dht + d), (__m256i)_mm512_cvtneps_pbh(x));
     }
-}
-
-template <int R, int NZ>
-inline void score_block_bf16(const uint32_t* kb, int64_t Dh2, const uint32_t* qb, float* s) {
-  __m512 c[R][NZ];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_setzero_ps();
-  for (int64_t dp = 0; dp < Dh2; ++dp) {
-    __m512i b[NZ];
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) b[z] = _mm512_loadu_si512(qb + dp * kTq + 16 * z);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512bh x = as_bh(_mm512_set1_epi32(static_cast<int>(kb[r * Dh2 + dp])));
-#pragma GCC unroll 4
-      for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_dpbf16_ps(c[r][z], x, as_bh(b[z]));
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(s + r * kTq + 16 * z, c[r][z]);
-}
-
-template <int NZ>
-void score_keys_bf16(int64_t nk, const uint32_t* kb, int64_t Dh2, const uint32_t* qb, float* s) {
-  int64_t j = 0;
-  for (; j + kRows <= nk; j += kRows) score_block_bf16<kRows, NZ>(kb + j * Dh2, Dh2, qb, s + j * kTq);
-  kb += j * Dh2;
-  s += j * kTq;
-  switch (nk - j) {
-    case 1: score_block_bf16<1, NZ>(kb, Dh2, qb, s); break;
-    case 2: score_block_bf16<2, NZ>(kb, Dh2, qb, s); break;
-    case 3: score_block_bf16<3, NZ>(kb, Dh2, qb, s); break;
-    case 4: score_block_bf16<4, NZ>(kb, Dh2, qb, s); break;
-    case 5: score_block_bf16<5, NZ>(kb, Dh2, qb, s); break;
-    default: break;
-  }
-}
-
-void score_bf16(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
-  pack_k_bf16(kt, sc, Dh);
-  const int64_t Dh2 = idiv_up(Dh, 2);
-  const uint32_t* kb = static_cast<const uint32_t*>(sc.kpack);
   const uint32_t* qb = static_cast<const uint32_t*>(sc.q);
-  for (int64_t i = 0; i < nqp; i += 64) {
-    switch (imin(4, (nqp - i) / 16)) {
-      case 4: score_keys_bf16<4>(kt.nk, kb, Dh2, qb + i, sc.s + i); break;
-      case 3: score_keys_bf16<3>(kt.nk, kb, Dh2, qb + i, sc.s + i); break;
-      case 2: score_keys_bf16<2>(kt.nk, kb, Dh2, qb + i, sc.s + i); break;
-      default: score_keys_bf16<1>(kt.nk, kb, Dh2, qb + i, sc.s + i); break;
+  const int64_t nq16 = nqp / 16, s_stride = kTq * 4;
+  for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t d0 = 0; d0 < Dht; d0 += 32) {
+      _tile_loadd(4, kb + j0 * Dht + d0, Dht * 2);
+      const uint32_t* b = qb + d0 / 2 * kTq;
+      _tile_loadd(5, b, s_stride);
+      _tile_dpbf16ps(0, 4, 5);
+      if (nq16 > 1) {
+        _tile_loadd(6, b + 16, s_stride);
+        _tile_dpbf16ps(1, 4, 6);
+      }
+      if (nq16 > 2) {
+        _tile_loadd(7, b + 32, s_stride);
+        _tile_dpbf16ps(2, 4, 7);
+      }
+      if (nq16 > 3) {
+        _tile_loadd(5, b + 48, s_stride);
+        _tile_dpbf16ps(3, 4, 5);
+      }
     }
+    float* s = sc.s + j0 * kTq;
+    _tile_stored(0, s, s_stride);
+    if (nq16 > 1) _tile_stored(1, s + 16, s_stride);
+    if (nq16 > 2) _tile_stored(2, s + 32, s_stride);
+    if (nq16 > 3) _tile_stored(3, s + 48, s_stride);
   }
 }
 
-// vb[jp, d] = (V_2jp[d], V_2jp+1[d]) and pb[jp, i] = (P[2jp, i], P[2jp+1, i]), the odd key's
-// partner zero.
-void pack_pv_bf16(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh, int64_t Dhp) {
+// Row stride (in 32-bit pairs) of the packed P: a key tile's keys in pairs.
+constexpr int64_t kPairStride = kTk / 2;
+static_assert(kTk % 32 == 0, "P is packed in whole 16-pair tile columns");
+
+void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
+  softmax(sc, kt.nk, nqp);
+  const int64_t Dhp = padded_dh(Dh), np = round_up(kt.nk, 32) / 2, nd = idiv_up(Dh, 16);
+  for (int64_t i = 0; i < nqp; ++i) {
+    const float a = sc.alpha[i];
+    if (a == 1.0f) continue;
+    float* o = sc.o + i * Dhp;
+    const __m512 av = _mm512_set1_ps(a);
+    for (int64_t d = 0; d < Dhp; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(av, _mm512_loadu_ps(o + d)));
+  }
+  // vb[jp, d] = (V_2jp[d], V_2jp+1[d]), zero past nk and Dh.
   uint32_t* vb = static_cast<uint32_t*>(sc.vpack);
-  uint32_t* pb = static_cast<uint32_t*>(sc.ppack);
-  for (int64_t jp = 0; jp < idiv_up(kt.nk, 2); ++jp) {
-    const bool pair = 2 * jp + 1 < kt.nk;
-    const float* v0 = kt.vrow[2 * jp];
-    const float* v1 = pair ? kt.vrow[2 * jp + 1] : sc.zero;
-    for (int64_t d = 0; d < Dh; d += 16) {
+  for (int64_t jp = 0; jp < np; ++jp) {
+    const float* v0 = 2 * jp < kt.nk ? kt.vrow[2 * jp] : sc.zero;
+    const float* v1 = 2 * jp + 1 < kt.nk ? kt.vrow[2 * jp + 1] : sc.zero;
+    for (int64_t d = 0; d < Dhp; d += 16) {
       const __mmask16 m = lanes(Dh - d);
       _mm512_storeu_si512(vb + jp * Dhp + d,
                           interleave_bf16(_mm512_maskz_loadu_ps(m, v0 + d), _mm512_maskz_loadu_ps(m, v1 + d)));
     }
-    const float* p0 = sc.s + 2 * jp * kTq;
-    for (int64_t i = 0; i < nqp; i += 16)
-      _mm512_storeu_si512(pb + jp * kTq + i, interleave_bf16(_mm512_loadu_ps(p0 + i),
-                                                             pair ? _mm512_loadu_ps(p0 + kTq + i) : _mm512_setzero_ps()));
   }
-}
-
-template <int R, int NZ>
-inline void pv_block_bf16(const uint32_t* pb, const uint32_t* vb, int64_t nk2, float* o, int64_t Dhp,
-                          const float* alpha) {
-  __m512 c[R][NZ];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const __m512 a = _mm512_set1_ps(alpha[r]);
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * Dhp + 16 * z));
-  }
-  for (int64_t jp = 0; jp < nk2; ++jp) {
-    __m512i b[NZ];
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) b[z] = _mm512_loadu_si512(vb + jp * Dhp + 16 * z);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512bh x = as_bh(_mm512_set1_epi32(static_cast<int>(pb[jp * kTq + r])));
-#pragma GCC unroll 4
-      for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_dpbf16_ps(c[r][z], x, as_bh(b[z]));
+  // pa[i, jp] = (P[i, 2jp], P[i, 2jp+1]): pairs of S^T rows interleaved, then transposed.
+  uint32_t* pa = static_cast<uint32_t*>(sc.ppack);
+  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
+    for (int64_t jp0 = 0; jp0 < np; jp0 += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u) {
+        const int64_t j = 2 * (jp0 + u);
+        const __m512 a = j < kt.nk ? _mm512_loadu_ps(sc.s + j * kTq + i0) : _mm512_setzero_ps();
+        const __m512 b = j + 1 < kt.nk ? _mm512_loadu_ps(sc.s + (j + 1) * kTq + i0) : _mm512_setzero_ps();
+        r[u] = interleave_bf16(a, b);
+      }
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u) _mm512_storeu_si512(pa + (i0 + u) * kPairStride + jp0, r[u]);
     }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(o + r * Dhp + 16 * z, c[r][z]);
-}
-
-template <int NZ>
-void pv_queries_bf16(const Scratch& sc, int64_t nk2, int64_t nqp, int64_t d0, int64_t Dhp) {
-  const uint32_t* pb = static_cast<const uint32_t*>(sc.ppack);
-  const uint32_t* vb = static_cast<const uint32_t*>(sc.vpack) + d0;
-  int64_t i = 0;
-  for (; i + kRows <= nqp; i += kRows)
-    pv_block_bf16<kRows, NZ>(pb + i, vb, nk2, sc.o + i * Dhp + d0, Dhp, sc.alpha + i);
-  float* o = sc.o + i * Dhp + d0;
-  const float* a = sc.alpha + i;
-  switch (nqp - i) {
-    case 1: pv_block_bf16<1, NZ>(pb + i, vb, nk2, o, Dhp, a); break;
-    case 2: pv_block_bf16<2, NZ>(pb + i, vb, nk2, o, Dhp, a); break;
-    case 3: pv_block_bf16<3, NZ>(pb + i, vb, nk2, o, Dhp, a); break;
-    case 4: pv_block_bf16<4, NZ>(pb + i, vb, nk2, o, Dhp, a); break;
-    case 5: pv_block_bf16<5, NZ>(pb + i, vb, nk2, o, Dhp, a); break;
-    default: break;
-  }
-}
-
-void update_bf16(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
-  softmax(sc, kt.nk, nqp);
-  const int64_t Dhp = padded_dh(Dh);
-  pack_pv_bf16(kt, sc, nqp, Dh, Dhp);
-  const int64_t nk2 = idiv_up(kt.nk, 2);
-  // V's padding lanes past Dh are zero, so whole vectors can be accumulated.
-  for (int64_t d0 = 0; d0 < Dh; d0 += 64) {
-    switch (imin(4, idiv_up(Dh - d0, 16))) {
-      case 4: pv_queries_bf16<4>(sc, nk2, nqp, d0, Dhp); break;
-      case 3: pv_queries_bf16<3>(sc, nk2, nqp, d0, Dhp); break;
-      case 2: pv_queries_bf16<2>(sc, nk2, nqp, d0, Dhp); break;
-      default: pv_queries_bf16<1>(sc, nk2, nqp, d0, Dhp); break;
+  const int64_t o_stride = Dhp * 4, v_stride = Dhp * 4, p_stride = kPairStride * 4;
+  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
+    for (int64_t z0 = 0; z0 < nd; z0 += 4) {
+      float* o = sc.o + i0 * Dhp + 16 * z0;
+      const int64_t nz = imin(4, nd - z0);
+      _tile_loadd(0, o, o_stride);
+      if (nz > 1) _tile_loadd(1, o + 16, o_stride);
+      if (nz > 2) _tile_loadd(2, o + 32, o_stride);
+      if (nz > 3) _tile_loadd(3, o + 48, o_stride);
+      for (int64_t jp0 = 0; jp0 < np; jp0 += 16) {
+        _tile_loadd(4, pa + i0 * kPairStride + jp0, p_stride);
+        const uint32_t* b = vb + jp0 * Dhp + 16 * z0;
+        _tile_loadd(5, b, v_stride);
+        _tile_dpbf16ps(0, 4, 5);
+        if (nz > 1) {
+          _tile_loadd(6, b + 16, v_stride);
+          _tile_dpbf16ps(1, 4, 6);
+        }
+        if (nz > 2) {
+          _tile_loadd(7, b + 32, v_stride);
+          _tile_dpbf16ps(2, 4, 7);
+        }
+        if (nz > 3) {
+          _tile_loadd(5, b + 48, v_stride);
+          _tile_dpbf16ps(3, 4, 5);
+        }
+      }
+      _tile_stored(0, o, o_stride);
+      if (nz > 1) _tile_stored(1, o + 16, o_stride);
+      if (nz > 2) _tile_stored(2, o + 32, o_stride);
+      if (nz > 3) _tile_stored(3, o + 48, o_stride);
     }
-  }
 }
+
+void release_amx() { _tile_release(); }
 
 }  // namespace
 
-TileOps avx512_tile_ops() { return TileOps{16, 1, pack_q_f32, score_f32, update_f32}; }
-TileOps avx512_bf16_tile_ops() { return TileOps{16, 1, pack_q_bf16, score_bf16, update_bf16}; }
+TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32, score_f32, update_f32, nullptr}; }
+TileOps amx_bf16_tile_ops() { return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx}; }
 
 }  // namespace kiln::attention
 
