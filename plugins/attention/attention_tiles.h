@@ -62,9 +62,6 @@ struct TileOps {
   void (*finish)();
 };
 
-// The f32 Q packing that both f32 implementations read: qt[d, i] = scale * q_i[d].
-void pack_q_f32(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc);
-
 TileOps avx2_tile_ops();
 TileOps avx512_tile_ops();    // needs AVX-512 F, BW, DQ, VL
 TileOps amx_bf16_tile_ops();  // also needs AVX512_BF16, AMX-TILE, AMX-BF16 and the kernel's permission

@@ -144,8 +144,15 @@ void online_softmax(const Scratch& sc, int64_t nk, int64_t nqp) {
   }
 }
 
+// qt[d, i] = scale * q_i[d], zero past nq.
 void pack_q(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
-  pack_q_f32(q, q_row, nq, nqp, Dh, scale, sc);
+  float* qt = static_cast<float*>(sc.q);
+  for (int64_t i = 0; i < nq; ++i) {
+    const float* src = q + i * q_row;
+    for (int64_t d = 0; d < Dh; ++d) qt[d * kTq + i] = src[d] * scale;
+  }
+  if (nq < nqp)
+    for (int64_t d = 0; d < Dh; ++d) std::memset(qt + d * kTq + nq, 0, sizeof(float) * (nqp - nq));
 }
 
 void score(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
@@ -166,16 +173,6 @@ void update(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
 }
 
 }  // namespace
-
-void pack_q_f32(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
-  float* qt = static_cast<float*>(sc.q);
-  for (int64_t i = 0; i < nq; ++i) {
-    const float* src = q + i * q_row;
-    for (int64_t d = 0; d < Dh; ++d) qt[d * kTq + i] = src[d] * scale;
-  }
-  if (nq < nqp)
-    for (int64_t d = 0; d < Dh; ++d) std::memset(qt + d * kTq + nq, 0, sizeof(float) * (nqp - nq));
-}
 
 TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr}; }
 

@@ -84,6 +84,53 @@ void softmax(const Scratch& sc, int64_t nk, int64_t nqp) {
 
 // ---- f32 -------------------------------------------------------------------------------------
 
+// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      t[8 * h + k] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0x88);
+      t[8 * h + k + 4] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0xdd);
+    }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0xdd);
+  }
+}
+
+// qt[d, i] = scale * q_i[d], zero past nq: 16 x 16 blocks transposed in registers.
+void pack_q_f32_avx512(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale,
+                       const Scratch& sc) {
+  float* qt = static_cast<float*>(sc.q);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
+    for (int64_t d = 0; d < Dh; d += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u)
+        r[u] = i0 + u < nq ? _mm512_castps_si512(_mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), q + (i0 + u) * q_row + d)))
+                           : _mm512_setzero_si512();
+      transpose16(r);
+      for (int64_t w = 0; w < imin(16, Dh - d); ++w) _mm512_storeu_si512(qt + (d + w) * kTq + i0, r[w]);
+    }
+}
+
+
 // s[r, z] = sum_d k[r][d] * qt[d, z] for R keys by 16 * NZ queries.
 template <int R, int NZ>
 inline void score_block(const float* const* krow, const float* qt, float* s, int64_t Dh) {
@@ -241,52 +288,29 @@ inline __m512i interleave_bf16(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // a low, b high
 }
 
-// Transposes a 16 x 16 matrix of 32-bit words held as 16 rows.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h)
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      t[8 * h + k] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0x88);
-      t[8 * h + k + 4] = _mm512_shuffle_i32x4(r[8 * h + k], r[8 * h + k + 4], 0xdd);
-    }
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    r[k] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0x88);
-    r[k + 8] = _mm512_shuffle_i32x4(t[k], t[k + 8], 0xdd);
-  }
-}
-
-// qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < dh_tiles(Dh) / 2, zero past Dh and nq. Also
-// loads this thread's tile configuration: a query tile is where a thread starts AMX work.
+// qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < dh_tiles(Dh) / 2, zero past Dh and nq: rows
+// of 16 queries' pairs, transposed 16 x 16 at a time. Also loads this thread's tile configuration:
+// a query tile is where a thread starts AMX work.
 void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
   configure_tiles();
   uint32_t* qb = static_cast<uint32_t*>(sc.q);
   const __m512 sv = _mm512_set1_ps(scale);
-  for (int64_t i = 0; i < nqp; ++i)
+  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
     for (int64_t d = 0; d < dh_tiles(Dh); d += 32) {
-      __m512 x0 = _mm512_setzero_ps(), x1 = x0;
-      if (i < nq) {
-        x0 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), q + i * q_row + d));
-        x1 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d - 16), q + i * q_row + d + 16));
-      }
-      alignas(64) uint32_t pairs[16];  // q[d, d + 32) as 16 (d, d+1) pairs
-      _mm512_store_si512(pairs, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+      __m512i r[16];
 #pragma GCC unroll 16
-      for (int w = 0; w < 16; ++w) qb[(d / 2 + w) * kTq + i] = pairs[w];
+      for (int u = 0; u < 16; ++u) {
+        __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+        if (i0 + u < nq) {
+          const float* row = q + (i0 + u) * q_row + d;
+          x0 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), row));
+          x1 = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d - 16), row + 16));
+        }
+        r[u] = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);  // q[d, d + 32) as 16 (d, d+1) pairs
+      }
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int w = 0; w < 16; ++w) _mm512_storeu_si512(qb + (d / 2 + w) * kTq + i0, r[w]);
     }
 }
 
@@ -299,35 +323,39 @@ void score_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + j * Dht + d), (__m256i)_mm512_cvtneps_pbh(x));
     }
   const uint32_t* qb = static_cast<const uint32_t*>(sc.q);
-  const int64_t nq16 = nqp / 16, s_stride = kTq * 4;
-  for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t d0 = 0; d0 < Dht; d0 += 32) {
-      _tile_loadd(4, kb + j0 * Dht + d0, Dht * 2);
-      const uint32_t* b = qb + d0 / 2 * kTq;
-      _tile_loadd(5, b, s_stride);
-      _tile_dpbf16ps(0, 4, 5);
-      if (nq16 > 1) {
-        _tile_loadd(6, b + 16, s_stride);
-        _tile_dpbf16ps(1, 4, 6);
+  const int64_t s_stride = kTq * 4;
+  // Blocks of 16 keys by up to 64 queries: four accumulator tiles share each K tile.
+  for (int64_t i0 = 0; i0 < nqp; i0 += 64) {
+    const int64_t nq16 = imin(4, (nqp - i0) / 16);
+    for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t d0 = 0; d0 < Dht; d0 += 32) {
+        _tile_loadd(4, kb + j0 * Dht + d0, Dht * 2);
+        const uint32_t* b = qb + d0 / 2 * kTq + i0;
+        _tile_loadd(5, b, s_stride);
+        _tile_dpbf16ps(0, 4, 5);
+        if (nq16 > 1) {
+          _tile_loadd(6, b + 16, s_stride);
+          _tile_dpbf16ps(1, 4, 6);
+        }
+        if (nq16 > 2) {
+          _tile_loadd(7, b + 32, s_stride);
+          _tile_dpbf16ps(2, 4, 7);
+        }
+        if (nq16 > 3) {
+          _tile_loadd(5, b + 48, s_stride);
+          _tile_dpbf16ps(3, 4, 5);
+        }
       }
-      if (nq16 > 2) {
-        _tile_loadd(7, b + 32, s_stride);
-        _tile_dpbf16ps(2, 4, 7);
-      }
-      if (nq16 > 3) {
-        _tile_loadd(5, b + 48, s_stride);
-        _tile_dpbf16ps(3, 4, 5);
-      }
+      float* s = sc.s + j0 * kTq + i0;
+      _tile_stored(0, s, s_stride);
+      if (nq16 > 1) _tile_stored(1, s + 16, s_stride);
+      if (nq16 > 2) _tile_stored(2, s + 32, s_stride);
+      if (nq16 > 3) _tile_stored(3, s + 48, s_stride);
     }
-    float* s = sc.s + j0 * kTq;
-    _tile_stored(0, s, s_stride);
-    if (nq16 > 1) _tile_stored(1, s + 16, s_stride);
-    if (nq16 > 2) _tile_stored(2, s + 32, s_stride);
-    if (nq16 > 3) _tile_stored(3, s + 48, s_stride);
   }
 }
 
@@ -410,7 +438,7 @@ void release_amx() { _tile_release(); }
 
 }  // namespace
 
-TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32, score_f32, update_f32, nullptr}; }
+TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr}; }
 TileOps amx_bf16_tile_ops() { return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx}; }
 
 }  // namespace kiln::attention
