@@ -75,8 +75,10 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
   for (const Tensor& t : in) iv.push_back(t.view());
   for (const Tensor& t : out) ov.push_back(t.view());
   const int slots = omp_get_max_threads();
-  std::vector<char> ws(slots * std::max(attention::workspace_bytes_per_thread(g.Dh),
-                                        attention_old::workspace_bytes_per_thread_old(g.Dh)));
+  Params pb = p;
+  pb.precision = attention::Precision::kBf16;
+  std::vector<char> ws(std::max(attention::workspace_bytes(pb, g, slots),
+                                slots * attention_old::workspace_bytes_per_thread_old(g.Dh)));
 
   struct Variant {
     std::string name;
@@ -86,8 +88,6 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
       {"old fp32", [&] { return attention_old::run_attention(p, g, iv, ov, ws.data(), slots); }},
       {"new fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
   };
-  Params pb = p;
-  pb.precision = attention::Precision::kBf16;
   if (attention::bf16_supported())
     variants.push_back({"new bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
   // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still

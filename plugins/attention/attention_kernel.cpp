@@ -66,6 +66,8 @@ struct Problem {
   const void* mask;  // this (b, h)'s mask origin (bool or float), or null
   float* out;
   int64_t out_row;
+  const void* kpacked;  // K and V from TileOps::pack_head, or null
+  const void* vpacked;
 
   const float* row(const float* const* base, int64_t j) const {
     return j < g->Sc ? base[0] + j * kv_row[0] : base[1] + (j - g->Sc) * kv_row[1];
@@ -141,7 +143,7 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
       vrow[j] = pr.row(pr.v, k0 + j);
     }
     for (int64_t j = nk; j < nkp; ++j) krow[j] = vrow[j] = sc.zero;
-    const KeyTile kt{krow, vrow, nk};
+    const KeyTile kt{krow, vrow, nk, pr.kpacked, pr.vpacked, k0};
     ops.score(kt, sc, nqp, Dh);
     if (explicit_mask || (positional && k0 + nk > all_visible_below)) apply_mask(pr, sc.s, q0, nq, k0, nk);
     ops.update(kt, sc, nqp, Dh);
@@ -172,8 +174,7 @@ size_t scratch_bytes(int64_t Dh) {
   // Dhp (Dh rounded up to 32) also covers the bf16 path's padding of the reduction axis.
   const int64_t Dhp = padded_dh(Dh), f = sizeof(float);
   return aligned_bytes(Dhp * kTq * f) + aligned_bytes(kTk * kTq * f) + aligned_bytes(kTq * Dhp * f) +
-         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + aligned_bytes(kTk * Dhp * 2) +
-         aligned_bytes(kTk / 2 * Dhp * 4) + aligned_bytes(kTq * kTk / 2 * 4);
+         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + aligned_bytes(kTq * kTk / 2 * 4);
 }
 
 Scratch carve_scratch(void* base, int64_t Dh) {
@@ -192,13 +193,21 @@ Scratch carve_scratch(void* base, int64_t Dh) {
   s.l = static_cast<float*>(take(kTq * f));
   s.alpha = static_cast<float*>(take(kTq * f));
   s.zero = static_cast<float*>(take(Dhp * f));
-  s.kpack = take(kTk * Dhp * 2);
-  s.vpack = take(kTk / 2 * Dhp * 4);
   s.ppack = take(kTq * kTk / 2 * 4);
   return s;
 }
 
-size_t workspace_bytes_per_thread(int64_t Dh) { return scratch_bytes(Dh) + kAlign; }
+// Per (batch, head) bytes of each of K and V packed by TileOps::pack_head (0 when not used).
+size_t head_bytes(const TileOps& ops, const Geometry& g) {
+  return ops.pack_head ? aligned_bytes(static_cast<int64_t>(bf16_head_bytes(g.Sk_total(), g.Dh))) : 0;
+}
+
+size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
+  // Sized for the packed heads whenever bf16 is asked for, whichever CPU the run will find.
+  const size_t head =
+      p.precision == Precision::kBf16 ? aligned_bytes(static_cast<int64_t>(bf16_head_bytes(g.Sk_total(), g.Dh))) : 0;
+  return kAlign + 2 * head * static_cast<size_t>(g.B * g.H) + static_cast<size_t>(std::max(slots, 1)) * scratch_bytes(g.Dh);
+}
 
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> in,
                      std::span<const TensorView> out, void* workspace, int slots) {
@@ -208,37 +217,59 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
     if (!workspace || slots < 1) return Internal("kiln::Attention: run without its workspace");
     const size_t stride = scratch_bytes(g.Dh);
     const TileOps ops = tile_ops(p);
-    char* base = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(workspace), kAlign));
+    const size_t head = head_bytes(ops, g);
+    char* packed = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(workspace), kAlign));
+    char* base = packed + 2 * head * static_cast<size_t>(g.B * g.H);
     const RowStrides qs = row_strides(p.layout, g.Sq, g.H, g.Dh);
     const RowStrides ks = row_strides(p.layout, g.Sk_new, g.H, g.Dh);
     const RowStrides cs = row_strides(p.layout, g.Sc, g.H, g.Dh);
+    auto head_rows = [&](int t, int64_t b, int64_t h) {
+      HeadRows r;
+      r.base[0] = p.kv_cache ? in[kKCache + t].as<const float>() + b * cs.batch + h * cs.head : nullptr;
+      r.base[1] = in[kK + t].as<const float>() + b * ks.batch + h * ks.head;
+      r.row[0] = cs.row;
+      r.row[1] = ks.row;
+      r.split = g.Sc;
+      return r;
+    };
     const int threads = static_cast<int>(std::min<int64_t>({slots, omp_get_max_threads(), work}));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t w = 0; w < work; ++w) {
-      const int64_t bh = w / q_tiles, b = bh / g.H, h = bh % g.H;
-      Problem pr;
-      pr.p = &p;
-      pr.g = &g;
-      pr.q = in[kQ].as<const float>() + b * qs.batch + h * qs.head;
-      pr.q_row = qs.row;
-      pr.out = out[0].as<float>() + b * qs.batch + h * qs.head;
-      pr.out_row = qs.row;
-      auto cache_origin = [&](int t) -> const float* {
-        return p.kv_cache ? in[kKCache + t].as<const float>() + b * cs.batch + h * cs.head : nullptr;
-      };
-      pr.k[0] = cache_origin(0);
-      pr.v[0] = cache_origin(1);
-      pr.k[1] = in[kK].as<const float>() + b * ks.batch + h * ks.head;
-      pr.v[1] = in[kV].as<const float>() + b * ks.batch + h * ks.head;
-      pr.kv_row[0] = cs.row;
-      pr.kv_row[1] = ks.row;
-      pr.mask = nullptr;
-      if (p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive) {
-        const int64_t off = b * g.mask_stride[0] + h * g.mask_stride[1];
-        pr.mask = p.mask == MaskKind::kBool ? static_cast<const void*>(in[kMask].as<const bool>() + off)
-                                            : static_cast<const void*>(in[kMask].as<const float>() + off);
+#pragma omp parallel num_threads(threads)
+    {
+      if (head) {
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
+          char* dst = packed + 2 * head * static_cast<size_t>(bh);
+          ops.pack_head(head_rows(0, bh / g.H, bh % g.H), head_rows(1, bh / g.H, bh % g.H), g.Sk_total(), g.Dh, dst,
+                        dst + head);
+        }
       }
-      query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), (w % q_tiles) * kTq);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t w = 0; w < work; ++w) {
+        const int64_t bh = w / q_tiles, b = bh / g.H, h = bh % g.H;
+        Problem pr;
+        pr.p = &p;
+        pr.g = &g;
+        pr.q = in[kQ].as<const float>() + b * qs.batch + h * qs.head;
+        pr.q_row = qs.row;
+        pr.out = out[0].as<float>() + b * qs.batch + h * qs.head;
+        pr.out_row = qs.row;
+        const HeadRows kr = head_rows(0, b, h), vr = head_rows(1, b, h);
+        pr.k[0] = kr.base[0];
+        pr.k[1] = kr.base[1];
+        pr.v[0] = vr.base[0];
+        pr.v[1] = vr.base[1];
+        pr.kv_row[0] = cs.row;
+        pr.kv_row[1] = ks.row;
+        pr.kpacked = head ? packed + 2 * head * static_cast<size_t>(bh) : nullptr;
+        pr.vpacked = head ? packed + 2 * head * static_cast<size_t>(bh) + head : nullptr;
+        pr.mask = nullptr;
+        if (p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive) {
+          const int64_t off = b * g.mask_stride[0] + h * g.mask_stride[1];
+          pr.mask = p.mask == MaskKind::kBool ? static_cast<const void*>(in[kMask].as<const bool>() + off)
+                                              : static_cast<const void*>(in[kMask].as<const float>() + off);
+        }
+        query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), (w % q_tiles) * kTq);
+      }
     }
   }
   if (p.kv_cache) append_kv(p, g, in, out);

@@ -10,12 +10,13 @@
 
 namespace kiln::attention {
 
-// Scratch one thread needs for head size Dh (grows with Dh, so the value at the largest Dh
-// covers every smaller one).
-size_t workspace_bytes_per_thread(int64_t Dh);
+// Workspace of a run with up to `slots` threads: per-thread scratch, and with precision bf16 every
+// (batch, head)'s K and V in bf16. It grows with every dim, so the value at the largest shapes
+// covers every smaller run.
+size_t workspace_bytes(const Params& p, const Geometry& g, int slots);
 
-// Writes out (and k_all / v_all with a cache). `workspace` holds `slots` areas of
-// workspace_bytes_per_thread(Dh') for some Dh' >= g.Dh; at most `slots` threads run.
+// Writes out (and k_all / v_all with a cache). `workspace` holds workspace_bytes(p, g', slots) for
+// a geometry g' at least as large as g in every dim; at most `slots` threads run.
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> inputs,
                      std::span<const TensorView> outputs, void* workspace, int slots);
 

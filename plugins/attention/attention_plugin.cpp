@@ -131,14 +131,25 @@ class AttentionBuild final : public PluginBuild {
     }
   }
 
-  // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_).
+  // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_), and
+  // the bf16 path's packed K/V. Read from the shapes without validating them: the run reports
+  // shape errors, and ranges need not be consistent at their maxima.
   size_t workspace_bytes(std::span<const TensorDesc> max_inputs) const noexcept override {
-    if (max_inputs.empty()) return 0;
+    const bool bsd = p_.layout == Layout::kBSD;
+    auto seq = [&](size_t i) -> int64_t {
+      if (i >= max_inputs.size() || max_inputs[i].shape.rank() != (bsd ? 3 : 4)) return 0;
+      return max_inputs[i].shape[bsd ? 1 : 2];
+    };
+    if (max_inputs.empty() || max_inputs[attention::kQ].shape.rank() != (bsd ? 3 : 4)) return 0;
     const Shape& q = max_inputs[attention::kQ].shape;
-    int64_t Dh = 0;
-    if (p_.layout == Layout::kBSD && q.rank() == 3) Dh = q[2] / p_.num_heads;
-    if (p_.layout == Layout::kBHSD && q.rank() == 4) Dh = q[3];
-    return static_cast<size_t>(slots_) * attention::workspace_bytes_per_thread(Dh);
+    Geometry g;
+    g.B = q[0];
+    g.H = p_.num_heads;
+    g.Dh = bsd ? q[2] / p_.num_heads : q[3];
+    g.Sq = seq(attention::kQ);
+    g.Sk_new = seq(attention::kK);
+    g.Sc = p_.kv_cache ? seq(attention::kKCache) : 0;
+    return attention::workspace_bytes(p_, g, slots_);
   }
 
   AttrMap fields() const noexcept override {

@@ -32,19 +32,36 @@ struct Scratch {
   float* l;      // [kTq]       running sum per query
   float* alpha;  // [kTq]       rescale factor of the current key tile
   float* zero;   // [Dhp]       zeros: the K/V row of padding keys
-  void* kpack;   // bf16 only: the key tile's K rows, [kTk, round_up(Dh, 32)]
-  void* vpack;   // bf16 only: the key tile's V as key pairs, [kTk / 2, Dhp, 2]
   void* ppack;   // bf16 only: P as key pairs, [kTq, kTk / 2, 2]
 };
 size_t scratch_bytes(int64_t Dh);
 Scratch carve_scratch(void* base, int64_t Dh);
 
-// One key tile's rows: krow[j] / vrow[j] for j < nk point at K and V rows (Dh floats each).
+// The K or V rows of one (batch, head): row j < split at base[0] + j * row[0] (the cache), the
+// others at base[1] + (j - split) * row[1] (the new rows).
+struct HeadRows {
+  const float* base[2];
+  int64_t row[2];
+  int64_t split;
+  const float* operator()(int64_t j) const { return j < split ? base[0] + j * row[0] : base[1] + (j - split) * row[1]; }
+};
+
+// One key tile: krow[j] / vrow[j] for j < nk point at K and V rows (Dh floats each); kpacked and
+// vpacked are the (batch, head)'s K and V from TileOps::pack_head (or null), k0 the tile's first key.
 struct KeyTile {
   const float* const* krow;
   const float* const* vrow;
   int64_t nk;
+  const void* kpacked;
+  const void* vpacked;
+  int64_t k0;
 };
+
+// Bytes of one (batch, head)'s K, and of its V, packed for AMX: Sk rounded up to 32 keys, K as
+// bf16 rows of Dhp, V as bf16 key pairs of Dhp.
+inline size_t bf16_head_bytes(int64_t Sk, int64_t Dh) {
+  return static_cast<size_t>(round_up(Sk, 32) * padded_dh(Dh) * 2);
+}
 
 struct TileOps {
   // Queries are padded to a multiple of this (padding rows are zero and their outputs unused);
@@ -60,6 +77,9 @@ struct TileOps {
   void (*update)(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh);
   // Called after each query tile when not null (AMX: releases the tile registers).
   void (*finish)();
+  // When not null: converts a (batch, head)'s Sk K and V rows once, before its query tiles, into
+  // bf16_head_bytes(Sk, Dh) bytes each at kdst and vdst (KeyTile::kpacked and vpacked).
+  void (*pack_head)(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
 };
 
 TileOps avx2_tile_ops();

@@ -256,8 +256,8 @@ void update_f32(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
 // pairs along the reduction axis, so B operands keep each pair adjacent ("VNNI" layout).
 //   Q·Kᵀ: S^T[16 keys, 16 queries] += K rows (A: 16 keys x 32 d) * Q pairs (B: 16 d pairs x 16 queries)
 //   P·V:  O[16 queries, 16 d] += P rows (A: 16 queries x 32 keys) * V pairs (B: 16 key pairs x 16 d)
-// Q is packed once per query tile; K, V and P once per key tile (P needs a 32-bit transpose, since
-// the softmax runs on S^T with queries along the vectors).
+// K and V are packed once per (batch, head), Q once per query tile and P once per key tile (with a
+// 32-bit transpose, since the softmax runs on S^T with queries along the vectors).
 
 struct alignas(64) TileConfig {
   uint8_t palette;
@@ -278,9 +278,6 @@ void configure_tiles() {
   _tile_loadconfig(&c);
 }
 
-// The reduction axis of Q·Kᵀ padded to whole tiles.
-inline int64_t dh_tiles(int64_t Dh) { return round_up(Dh < 1 ? 1 : Dh, 32); }
-
 // 32 bf16: a[0], b[0], a[1], b[1], ..., a[15], b[15].
 inline __m512i interleave_bf16(__m512 a, __m512 b) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
@@ -288,7 +285,7 @@ inline __m512i interleave_bf16(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // a low, b high
 }
 
-// qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < dh_tiles(Dh) / 2, zero past Dh and nq: rows
+// qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < padded_dh(Dh) / 2, zero past Dh and nq: rows
 // of 16 queries' pairs, transposed 16 x 16 at a time. Also loads this thread's tile configuration:
 // a query tile is where a thread starts AMX work.
 void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
@@ -296,7 +293,7 @@ void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t 
   uint32_t* qb = static_cast<uint32_t*>(sc.q);
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t i0 = 0; i0 < nqp; i0 += 16)
-    for (int64_t d = 0; d < dh_tiles(Dh); d += 32) {
+    for (int64_t d = 0; d < padded_dh(Dh); d += 32) {
       __m512i r[16];
 #pragma GCC unroll 16
       for (int u = 0; u < 16; ++u) {
@@ -315,13 +312,8 @@ void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t 
 }
 
 void score_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
-  const int64_t Dht = dh_tiles(Dh), nkp = round_up(kt.nk, 16);
-  uint16_t* kb = static_cast<uint16_t*>(sc.kpack);  // [nkp, Dht]: K rows, zero past nk and Dh
-  for (int64_t j = 0; j < nkp; ++j)
-    for (int64_t d = 0; d < Dht; d += 16) {
-      const __m512 x = j < kt.nk ? _mm512_maskz_loadu_ps(lanes(Dh - d), kt.krow[j] + d) : _mm512_setzero_ps();
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + j * Dht + d), (__m256i)_mm512_cvtneps_pbh(x));
-    }
+  const int64_t Dht = padded_dh(Dh), nkp = round_up(kt.nk, 16);
+  const uint16_t* kb = static_cast<const uint16_t*>(kt.kpacked) + kt.k0 * Dht;
   const uint32_t* qb = static_cast<const uint32_t*>(sc.q);
   const int64_t s_stride = kTq * 4;
   // Blocks of 16 keys by up to 64 queries: four accumulator tiles share each K tile.
@@ -373,17 +365,7 @@ void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
     const __m512 av = _mm512_set1_ps(a);
     for (int64_t d = 0; d < Dhp; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(av, _mm512_loadu_ps(o + d)));
   }
-  // vb[jp, d] = (V_2jp[d], V_2jp+1[d]), zero past nk and Dh.
-  uint32_t* vb = static_cast<uint32_t*>(sc.vpack);
-  for (int64_t jp = 0; jp < np; ++jp) {
-    const float* v0 = 2 * jp < kt.nk ? kt.vrow[2 * jp] : sc.zero;
-    const float* v1 = 2 * jp + 1 < kt.nk ? kt.vrow[2 * jp + 1] : sc.zero;
-    for (int64_t d = 0; d < Dhp; d += 16) {
-      const __mmask16 m = lanes(Dh - d);
-      _mm512_storeu_si512(vb + jp * Dhp + d,
-                          interleave_bf16(_mm512_maskz_loadu_ps(m, v0 + d), _mm512_maskz_loadu_ps(m, v1 + d)));
-    }
-  }
+  const uint32_t* vb = static_cast<const uint32_t*>(kt.vpacked) + kt.k0 / 2 * Dhp;
   // pa[i, jp] = (P[i, 2jp], P[i, 2jp+1]): pairs of S^T rows interleaved, then transposed.
   uint32_t* pa = static_cast<uint32_t*>(sc.ppack);
   for (int64_t i0 = 0; i0 < nqp; i0 += 16)
@@ -436,10 +418,36 @@ void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
 
 void release_amx() { _tile_release(); }
 
+// K as bf16 rows [Skp, Dhp] and V as key pairs [Skp / 2, Dhp], zero past Sk and Dh (Skp = Sk
+// rounded up to 32), so every tile reads whole 16-key and 32-key tile operands.
+void pack_head_amx(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst) {
+  const int64_t Dhp = padded_dh(Dh), Skp = round_up(Sk, 32);
+  uint16_t* kb = static_cast<uint16_t*>(kdst);
+  uint32_t* vb = static_cast<uint32_t*>(vdst);
+  alignas(64) static const float zero[16] = {};
+  for (int64_t j = 0; j < Skp; j += 2) {
+    const float* k0 = j < Sk ? k(j) : zero;
+    const float* k1 = j + 1 < Sk ? k(j + 1) : zero;
+    const float* v0 = j < Sk ? v(j) : zero;
+    const float* v1 = j + 1 < Sk ? v(j + 1) : zero;
+    for (int64_t d = 0; d < Dhp; d += 16) {
+      // Rows past Sk read `zero` with every lane masked off.
+      const __mmask16 m = lanes(Dh - d);
+      const __mmask16 m0 = j < Sk ? m : 0, m1 = j + 1 < Sk ? m : 0;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + j * Dhp + d),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m0, k0 + d)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kb + (j + 1) * Dhp + d),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m1, k1 + d)));
+      _mm512_storeu_si512(vb + j / 2 * Dhp + d,
+                          interleave_bf16(_mm512_maskz_loadu_ps(m0, v0 + d), _mm512_maskz_loadu_ps(m1, v1 + d)));
+    }
+  }
+}
+
 }  // namespace
 
-TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr}; }
-TileOps amx_bf16_tile_ops() { return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx}; }
+TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr}; }
+TileOps amx_bf16_tile_ops() { return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx}; }
 
 }  // namespace kiln::attention
 

@@ -130,7 +130,7 @@ void check(const Case& c, uint32_t seed) {
   auto g = attention::validate_inputs(c.params(), descs);
   ASSERT_TRUE(g.ok()) << g.status().message();
   const int slots = 2;
-  std::vector<char> ws(slots * attention::workspace_bytes_per_thread(c.Dh));
+  std::vector<char> ws(attention::workspace_bytes(c.params(), *g, slots));
   ASSERT_TRUE(attention::run_attention(c.params(), *g, run_in, gv, ws.data(), slots).ok());
 
   const float tol = c.precision == Precision::kBf16 ? kBf16Tol : kF32Tol;
@@ -221,7 +221,9 @@ TEST(AttentionFast, Bf16PathIsTaken) {
   for (const TensorView& t : iv) descs.push_back(t.desc());
   auto g = attention::validate_inputs(c.params(), descs);
   ASSERT_TRUE(g.ok());
-  std::vector<char> ws(2 * attention::workspace_bytes_per_thread(c.Dh));
+  c.precision = Precision::kBf16;
+  std::vector<char> ws(attention::workspace_bytes(c.params(), *g, 2));
+  c.precision = Precision::kFp32;
   Tensor f32 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq)), bf16 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
   std::vector<TensorView> o1{f32.view()}, o2{bf16.view()};
   ASSERT_TRUE(attention::run_attention(c.params(), *g, iv, o1, ws.data(), 2).ok());
