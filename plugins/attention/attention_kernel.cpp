@@ -1,6 +1,7 @@
 #include "plugins/attention/attention_kernel.h"
 
 #include <cpuid.h>
+#include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -154,7 +155,10 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
     const float* o = sc.o + i * Dhp;
     if (sc.l[i] > 0) {
       const float inv = 1.0f / sc.l[i];
-      for (int64_t d = 0; d < Dh; ++d) dst[d] = o[d] * inv;
+      const __m256 iv = _mm256_set1_ps(inv);
+      int64_t d = 0;
+      for (; d + 8 <= Dh; d += 8) _mm256_storeu_ps(dst + d, _mm256_mul_ps(iv, _mm256_loadu_ps(o + d)));
+      for (; d < Dh; ++d) dst[d] = o[d] * inv;
     } else {
       std::memset(dst, 0, sizeof(float) * Dh);
     }

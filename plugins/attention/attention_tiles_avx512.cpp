@@ -85,7 +85,7 @@ void softmax(const Scratch& sc, int64_t nk, int64_t nqp) {
 // ---- f32 -------------------------------------------------------------------------------------
 
 // Transposes a 16 x 16 matrix of 32-bit words held as 16 rows.
-inline void transpose16(__m512i r[16]) {
+__attribute__((always_inline)) inline void transpose16(__m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {
