@@ -1,6 +1,7 @@
 // Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (not a test:
-// timings go to stdout only). Runs the variants alternately, one call each per round, and reports
-// each variant's median and GFLOP/s (2 * 2 * Dh flops per visible query-key pair).
+// timings go to stdout only): the AVX2 f32 path, the AVX-512 f32 path and (with AMX) bf16, run
+// alternately, one call each per round; reports each variant's median wall and CPU time and
+// GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
 //
 //   attention-bench [rounds] [variant name filter]
 #include <omp.h>
@@ -17,12 +18,6 @@
 
 #include "plugins/attention/attention_common.h"
 #include "plugins/attention/attention_kernel.h"
-
-namespace kiln::attention_old {
-Status run_attention(const attention::Params& p, const attention::Geometry& g, std::span<const TensorView> inputs,
-                     std::span<const TensorView> outputs, void* workspace, int slots);
-size_t workspace_bytes_per_thread_old(int64_t Dh);
-}  // namespace kiln::attention_old
 
 namespace kiln {
 namespace {
@@ -77,19 +72,25 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
   const int slots = omp_get_max_threads();
   Params pb = p;
   pb.precision = attention::Precision::kBf16;
-  std::vector<char> ws(std::max(attention::workspace_bytes(pb, g, slots),
-                                slots * attention_old::workspace_bytes_per_thread_old(g.Dh)));
+  std::vector<char> ws(attention::workspace_bytes(pb, g, slots));
 
   struct Variant {
     std::string name;
     std::function<Status()> run;
   };
+  // The AVX2 path is what CPUs without AVX-512 run.
   std::vector<Variant> variants{
-      {"old fp32", [&] { return attention_old::run_attention(p, g, iv, ov, ws.data(), slots); }},
-      {"new fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
+      {"avx2 fp32",
+       [&] {
+         attention::allow_avx512(false);
+         Status st = attention::run_attention(p, g, iv, ov, ws.data(), slots);
+         attention::allow_avx512(true);
+         return st;
+       }},
+      {"fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
   };
   if (attention::bf16_supported())
-    variants.push_back({"new bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
+    variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
   // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still
   // shows the kernel's cost when the wall time mostly shows waiting for a core.
   if (!only.empty())
