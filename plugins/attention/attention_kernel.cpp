@@ -210,7 +210,8 @@ size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
   // Sized for the packed heads whenever bf16 is asked for, whichever CPU the run will find.
   const size_t head =
       p.precision == Precision::kBf16 ? aligned_bytes(static_cast<int64_t>(bf16_head_bytes(g.Sk_total(), g.Dh))) : 0;
-  return kAlign + 2 * head * static_cast<size_t>(g.B * g.H) + static_cast<size_t>(std::max(slots, 1)) * scratch_bytes(g.Dh);
+  return kAlign + 2 * head * static_cast<size_t>(g.B * g.H) +
+         static_cast<size_t>(std::max(slots, 1)) * scratch_bytes(g.Dh);
 }
 
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> in,

@@ -122,9 +122,10 @@ void pack_q_f32_avx512(const float* q, int64_t q_row, int64_t nq, int64_t nqp, i
     for (int64_t d = 0; d < Dh; d += 16) {
       __m512i r[16];
 #pragma GCC unroll 16
-      for (int u = 0; u < 16; ++u)
-        r[u] = i0 + u < nq ? _mm512_castps_si512(_mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), q + (i0 + u) * q_row + d)))
-                           : _mm512_setzero_si512();
+      for (int u = 0; u < 16; ++u) {
+        const __m512 x = _mm512_maskz_loadu_ps(i0 + u < nq ? lanes(Dh - d) : 0, q + (i0 + u) * q_row + d);
+        r[u] = _mm512_castps_si512(_mm512_mul_ps(sv, x));
+      }
       transpose16(r);
       for (int64_t w = 0; w < imin(16, Dh - d); ++w) _mm512_storeu_si512(qt + (d + w) * kTq + i0, r[w]);
     }
@@ -280,8 +281,8 @@ void configure_tiles() {
 
 // 32 bf16: a[0], b[0], a[1], b[1], ..., a[15], b[15].
 inline __m512i interleave_bf16(__m512 a, __m512 b) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,  //
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // a low, b high
 }
 
@@ -446,8 +447,12 @@ void pack_head_amx(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh,
 
 }  // namespace
 
-TileOps avx512_tile_ops() { return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr}; }
-TileOps amx_bf16_tile_ops() { return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx}; }
+TileOps avx512_tile_ops() {
+  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr};
+}
+TileOps amx_bf16_tile_ops() {
+  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx};
+}
 
 }  // namespace kiln::attention
 

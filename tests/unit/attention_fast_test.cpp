@@ -45,7 +45,8 @@ struct Case {
     static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
     return "B=" + std::to_string(B) + " H=" + std::to_string(H) + " Dh=" + std::to_string(Dh) +
            " Sq=" + std::to_string(Sq) + " Sk_new=" + std::to_string(Sk_new) + " Sc=" + std::to_string(Sc) +
-           (cache ? (in_place ? " cache(in place)" : " cache(copy)") : "") + (layout == Layout::kBSD ? " bsd" : " bhsd") +
+           (cache ? (in_place ? " cache(in place)" : " cache(copy)") : "") +
+           (layout == Layout::kBSD ? " bsd" : " bhsd") +
            " mask=" + masks[static_cast<int>(mask)] + " block=" + std::to_string(block) +
            (precision == Precision::kBf16 ? " bf16" : " fp32");
   }
@@ -107,7 +108,8 @@ void check(const Case& c, uint32_t seed) {
   for (const Tensor& t : in) iv.push_back(t.view());
   if (!c.cache && !explicit_mask) iv.pop_back();
 
-  std::vector<Tensor> want{Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq))}, got{random_tensor(c.seq_shape(c.Sq), rng)};
+  std::vector<Tensor> want{Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq))};
+  std::vector<Tensor> got{random_tensor(c.seq_shape(c.Sq), rng)};  // garbage the kernel must overwrite
   if (c.cache)
     for (int t = 0; t < 2; ++t) {
       want.push_back(Tensor::zeros(DType::kFloat32, c.seq_shape(Sk)));
@@ -225,7 +227,8 @@ TEST(AttentionFast, Bf16PathIsTaken) {
   c.precision = Precision::kBf16;
   std::vector<char> ws(attention::workspace_bytes(c.params(), *g, 2));
   c.precision = Precision::kFp32;
-  Tensor f32 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq)), bf16 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
+  Tensor f32 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
+  Tensor bf16 = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
   std::vector<TensorView> o1{f32.view()}, o2{bf16.view()};
   ASSERT_TRUE(attention::run_attention(c.params(), *g, iv, o1, ws.data(), 2).ok());
   c.precision = Precision::kBf16;
@@ -262,6 +265,64 @@ TEST(AttentionFast, PrecisionField) {
   bad = attention_plugin_creator()->create(f);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'precision'"), std::string::npos) << bad.status().message();
+}
+
+// Through the plugin's build and run halves: the workspace the build half sizes from the input
+// shapes must hold the bf16 path's packed K/V (a cache, block_causal, bhsd, B = 2).
+TEST(AttentionFast, Bf16ThroughThePlugin) {
+  Case c;
+  c.B = 2, c.H = 3, c.Dh = 40, c.Sq = 70, c.Sk_new = 70, c.Sc = 90, c.cache = true;
+  c.layout = Layout::kBHSD;
+  c.mask = MaskKind::kBlockCausal;
+  c.block = 70;
+  c.precision = Precision::kBf16;
+  AttrMap f;
+  f["num_heads"] = Attribute::Int(c.H);
+  f["scale"] = Attribute::Float(c.params().scale);
+  f["layout"] = Attribute::String("bhsd");
+  f["mask"] = Attribute::String("block_causal");
+  f["block"] = Attribute::Int(c.block);
+  f["kv_cache"] = Attribute::Int(1);
+  f["precision"] = Attribute::String("bf16");
+  auto build = attention_plugin_creator()->create(f);
+  ASSERT_TRUE(build.ok()) << build.status().message();
+  std::mt19937 rng(21);
+  std::vector<Tensor> in{random_tensor(c.seq_shape(c.Sq), rng), random_tensor(c.seq_shape(c.Sk_new), rng),
+                         random_tensor(c.seq_shape(c.Sk_new), rng), Tensor(),
+                         random_tensor(c.seq_shape(c.Sc), rng), random_tensor(c.seq_shape(c.Sc), rng)};
+  std::vector<TensorView> iv;
+  std::vector<TensorDesc> descs;
+  for (const Tensor& t : in) {
+    iv.push_back(t.view());
+    descs.push_back(t.view().desc());
+  }
+  const int64_t Sk = c.Sc + c.Sk_new;
+  std::vector<Tensor> got, want;
+  for (int64_t S : {c.Sq, Sk, Sk}) {
+    got.push_back(Tensor::zeros(DType::kFloat32, c.seq_shape(S)));
+    want.push_back(Tensor::zeros(DType::kFloat32, c.seq_shape(S)));
+  }
+  std::vector<TensorView> gv, wv;
+  for (const Tensor& t : got) gv.push_back(t.view());
+  for (const Tensor& t : want) wv.push_back(t.view());
+  std::vector<char> ws((*build)->workspace_bytes(descs));
+  AttrMap f32_fields = f;
+  f32_fields.erase("precision");
+  auto f32_build = attention_plugin_creator()->create(f32_fields);
+  ASSERT_TRUE(f32_build.ok());
+  // K and V of every (batch, head) in bf16: Sk = 160 keys (a multiple of 32) by Dh = 40 padded to 64.
+  EXPECT_GE(ws.size(), (*f32_build)->workspace_bytes(descs) + 2 * c.B * c.H * 160 * 64 * 2);
+  auto run = (*build)->create_run();
+  ASSERT_TRUE(run.ok());
+  ASSERT_TRUE((*run)->on_shape_change(iv, gv).ok());
+  Status st = (*run)->run(iv, gv, ws.data());
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_TRUE(attention::reference_attention(c.params(), iv, wv).ok());
+  for (int64_t i = 0; i < got[0].numel(); ++i)
+    ASSERT_NEAR(got[0].as<float>()[i], want[0].as<float>()[i],
+                kBf16Tol * std::max(1.0f, std::fabs(want[0].as<float>()[i])))
+        << "element " << i;
+  EXPECT_EQ(std::memcmp(got[1].data(), want[1].data(), got[1].nbytes()), 0);
 }
 
 }  // namespace
