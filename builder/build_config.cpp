@@ -275,7 +275,7 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   MapView top;
   KILN_RETURN_IF_ERROR(open_map(root, Site{1, ""}, "", "a map of settings", &top));
   KILN_RETURN_IF_ERROR(check_keys(top, {"model", "output", "precision", "threads", "profiles", "inputs", "benchmark",
-                                        "plugins", "fusions", "passes", "streaming"}));
+                                        "plugins", "fusions", "passes", "streaming", "tactics"}));
   cfg.config_path = file_;
 
   const Entry* e = top.find("model");
@@ -323,6 +323,18 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
     }
   }
   if ((e = top.find("streaming"))) KILN_RETURN_IF_ERROR(read_streaming(*e, cfg));
+  if ((e = top.find("tactics"))) {
+    KILN_RETURN_IF_ERROR(open_checked(*e, {"select", "timing_cache"}, &m));
+    if (const Entry* sel = m.find("select")) {
+      std::string choice;
+      KILN_RETURN_IF_ERROR(get_choice(*sel, {"true", "false"}, &choice));
+      cfg.select_tactics = choice == "true";
+    }
+    if (const Entry* tc = m.find("timing_cache")) {
+      KILN_RETURN_IF_ERROR(get_string(*tc, "a path for the timing cache file", &cfg.timing_cache));
+      cfg.timing_cache = resolve(cfg.timing_cache);
+    }
+  }
   return Status::Ok();
 }
 

@@ -75,6 +75,11 @@ struct BuildConfig {
   std::map<std::string, std::string> fusions;  // fusions: {attention: required|auto|off}
   std::vector<std::string> disabled_passes;    // passes: {disable: [name, ...]}
   StreamingConfig streaming;
+  // tactics: {select: true, timing_cache: path}. Where an op has several kernels, time them at each
+  // profile's opt shapes and record the fastest; the cache file (read, then written) makes
+  // rebuilds skip the timing and come out byte-identical.
+  bool select_tactics = true;
+  std::string timing_cache;
 };
 
 // Parses `path`. `overrides` are --set KEY=VALUE pairs applied before validation; KEY is a dotted

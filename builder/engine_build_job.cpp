@@ -112,7 +112,7 @@ StreamingSpec streaming_spec(const BuildConfig& cfg) {
   return spec;
 }
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress) {
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune) {
   BuildResult result;
   std::error_code ec;
   if (std::filesystem::equivalent(cfg.model, cfg.output, ec))
@@ -166,6 +166,10 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
       if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
     st = configure_plugins(graph, *resolved, disabled, *bp.plan);
     if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
+    if (tune) {
+      st = tune(*bp.plan, *resolved);
+      if (!st.ok()) return st.with_context("profile '" + pc.name + "'");
+    }
     progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));
     plans.push_back(bp.plan);
     result.profiles.push_back(std::move(bp));

@@ -35,6 +35,11 @@ using ProgressFn = std::function<void(const std::string&)>;
 // input whose generator is block_causal).
 StreamingSpec streaming_spec(const BuildConfig& cfg);
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress);
+// Work on each profile's finished plan that builder/ leaves to its caller (kernel timing lives in
+// profiles/): called after the plan is built and its plugins configured, before the engine is
+// written.
+using PlanHook = std::function<Status(Plan& plan, const ResolvedProfile& profile)>;
+
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {});
 
 }  // namespace kiln

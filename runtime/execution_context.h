@@ -66,6 +66,8 @@ class ExecutionContext {
   const Plan& plan() const { return *plan_; }
   const Kernel& kernel(size_t step) const { return *kernels_[step]; }
   size_t arena_bytes() const { return arena_bytes_; }
+  // dtype and shape of any value in the last run (for tools that inspect a plan's shapes).
+  TensorDesc value_desc(int value) const { return producer_[value] >= 0 ? planned_[value] : views_[value].desc(); }
   // Per-step wall time of the runs made while profiling is on (for the layer profile); off by
   // default so timed runs carry no clock reads.
   void set_profiling(bool on);

@@ -12,6 +12,7 @@
 #include "profiles/engine_check.h"
 #include "profiles/matmul_peak.h"
 #include "profiles/streaming_check.h"
+#include "profiles/tactic_selection.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 
@@ -135,7 +136,14 @@ Status run(const Args& args) {
   KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
   if (!args.output.empty()) cfg.output = args.output;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress));
+  TimingCache cache;
+  if (!cfg.timing_cache.empty()) {
+    KILN_ASSIGN_OR_RETURN(cache, TimingCache::load(cfg.timing_cache));
+    progress("timing cache " + cfg.timing_cache + ": " + std::to_string(cache.size()) + " entries");
+  }
+  TacticLog tactics;
+  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{}));
+  if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   progress("loading " + built.engine_path + " back through the runtime loader");
@@ -155,6 +163,7 @@ Status run(const Args& args) {
     print_layer_summary(checks, peak_gflops);
   }
   std::map<std::string, std::string> extra;
+  if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
   if (cfg.streaming.present) {
     KILN_ASSIGN_OR_RETURN(StreamingResult streaming, run_streaming_check(engine, cfg, args.bench, progress));
     progress("streaming: equivalence full(T) vs full(T-1) + step: max abs err " + std::to_string(streaming.equivalence_max_abs_err) + " (tolerance 1e-4)");

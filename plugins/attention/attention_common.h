@@ -12,6 +12,7 @@ namespace kiln::attention {
 
 enum class Layout { kBSD, kBHSD };
 enum class MaskKind { kNone, kBool, kAdditive, kCausal, kBlockCausal };
+enum class Precision { kFp32, kBf16 };
 
 struct Params {
   int64_t num_heads = 0;
@@ -20,6 +21,7 @@ struct Params {
   MaskKind mask = MaskKind::kNone;
   int64_t block = 0;  // block_causal only
   bool kv_cache = false;
+  Precision precision = Precision::kFp32;  // kBf16: Q·Kᵀ and P·V with bf16 inputs, f32 accumulation
 };
 
 // Input/output positions (CONTRACT.md).

@@ -131,14 +131,25 @@ class AttentionBuild final : public PluginBuild {
     }
   }
 
-  // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_).
+  // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_), and
+  // the bf16 path's packed K/V. Read from the shapes without validating them: the run reports
+  // shape errors, and ranges need not be consistent at their maxima.
   size_t workspace_bytes(std::span<const TensorDesc> max_inputs) const noexcept override {
-    if (max_inputs.empty()) return 0;
+    const bool bsd = p_.layout == Layout::kBSD;
+    auto seq = [&](size_t i) -> int64_t {
+      if (i >= max_inputs.size() || max_inputs[i].shape.rank() != (bsd ? 3 : 4)) return 0;
+      return max_inputs[i].shape[bsd ? 1 : 2];
+    };
+    if (max_inputs.empty() || max_inputs[attention::kQ].shape.rank() != (bsd ? 3 : 4)) return 0;
     const Shape& q = max_inputs[attention::kQ].shape;
-    int64_t Dh = 0;
-    if (p_.layout == Layout::kBSD && q.rank() == 3) Dh = q[2] / p_.num_heads;
-    if (p_.layout == Layout::kBHSD && q.rank() == 4) Dh = q[3];
-    return static_cast<size_t>(slots_) * attention::workspace_bytes_per_thread(Dh);
+    Geometry g;
+    g.B = q[0];
+    g.H = p_.num_heads;
+    g.Dh = bsd ? q[2] / p_.num_heads : q[3];
+    g.Sq = seq(attention::kQ);
+    g.Sk_new = seq(attention::kK);
+    g.Sc = p_.kv_cache ? seq(attention::kKCache) : 0;
+    return attention::workspace_bytes(p_, g, slots_);
   }
 
   AttrMap fields() const noexcept override {
@@ -150,6 +161,8 @@ class AttentionBuild final : public PluginBuild {
     f["mask"] = Attribute::String(masks[static_cast<int>(p_.mask)]);
     if (p_.mask == MaskKind::kBlockCausal) f["block"] = Attribute::Int(p_.block);
     f["kv_cache"] = Attribute::Int(p_.kv_cache ? 1 : 0);
+    // Written only when not the default, so fp32 engines keep their fields.
+    if (p_.precision == attention::Precision::kBf16) f["precision"] = Attribute::String("bf16");
     return f;
   }
 
@@ -175,7 +188,8 @@ class AttentionCreator final : public PluginCreator {
   std::vector<PluginFieldSpec> field_specs() const noexcept override {
     using K = Attribute::Kind;
     return {{"num_heads", K::kInt, true}, {"scale", K::kFloat, true},   {"layout", K::kString, false},
-            {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false}};
+            {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false},
+            {"precision", K::kString, false}};
   }
 
   StatusOr<std::unique_ptr<PluginBuild>> create(const AttrMap& fields) const noexcept override {
@@ -240,6 +254,11 @@ class AttentionCreator final : public PluginCreator {
         return InvalidArgument("kiln::Attention: field 'kv_cache' = " + std::to_string(it->second.i) +
                                " must be 0 or 1");
       p.kv_cache = it->second.i == 1;
+    }
+    if (auto it = fields.find("precision"); it != fields.end()) {
+      if (it->second.s == "fp32") p.precision = attention::Precision::kFp32;
+      else if (it->second.s == "bf16") p.precision = attention::Precision::kBf16;
+      else return InvalidArgument("kiln::Attention: field 'precision' = '" + it->second.s + "' is not fp32 or bf16");
     }
     return std::unique_ptr<PluginBuild>(std::make_unique<AttentionBuild>(p));
   }

@@ -436,7 +436,7 @@ TEST(AttentionPlugin, Identity) {
   EXPECT_EQ(c, attention_plugin_creator());
   std::vector<std::string> names;
   for (const PluginFieldSpec& s : c->field_specs()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"num_heads", "scale", "layout", "mask", "block", "kv_cache"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"num_heads", "scale", "layout", "mask", "block", "kv_cache", "precision"}));
 }
 
 TEST(AttentionPlugin, FieldErrorsNameTheField) {

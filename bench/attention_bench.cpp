@@ -1,0 +1,140 @@
+// Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (not a test:
+// timings go to stdout only): the AVX2 f32 path, the AVX-512 f32 path and (with AMX) bf16, run
+// alternately, one call each per round; reports each variant's median wall and CPU time and
+// GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
+//
+//   attention-bench [rounds] [variant name filter]
+#include <omp.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "plugins/attention/attention_common.h"
+#include "plugins/attention/attention_kernel.h"
+
+namespace kiln {
+namespace {
+
+using attention::Geometry;
+using attention::MaskKind;
+using attention::Params;
+
+struct Shapes {
+  const char* name;
+  int64_t Sq, Sk_new, Sc;
+};
+
+Tensor random_tensor(const Shape& s, std::mt19937& rng) {
+  Tensor t = Tensor::zeros(DType::kFloat32, s);
+  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = u(rng);
+  return t;
+}
+
+double visible_pairs(const Params& p, const Geometry& g) {
+  double n = 0;
+  for (int64_t i = 0; i < g.Sq; ++i) n += std::min(g.Sk_total(), attention::visible_limit(p, g.query_offset() + i));
+  return n * g.B * g.H;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void bench(const Shapes& s, int rounds, const std::string& only) {
+  Params p;
+  p.num_heads = 6;
+  p.scale = 0.125f;
+  p.mask = MaskKind::kBlockCausal;
+  p.block = 274;
+  p.kv_cache = true;
+  Geometry g;
+  g.B = 1, g.H = 6, g.Dh = 64, g.Sq = s.Sq, g.Sk_new = s.Sk_new, g.Sc = s.Sc;
+  const int64_t D = g.H * g.Dh;
+  std::mt19937 rng(1);
+  std::vector<Tensor> in{random_tensor(Shape{1, g.Sq, D}, rng), random_tensor(Shape{1, g.Sk_new, D}, rng),
+                         random_tensor(Shape{1, g.Sk_new, D}, rng), Tensor(),
+                         random_tensor(Shape{1, g.Sc, D}, rng), random_tensor(Shape{1, g.Sc, D}, rng)};
+  std::vector<Tensor> out{Tensor::zeros(DType::kFloat32, Shape{1, g.Sq, D}),
+                          Tensor::zeros(DType::kFloat32, Shape{1, g.Sk_total(), D}),
+                          Tensor::zeros(DType::kFloat32, Shape{1, g.Sk_total(), D})};
+  std::vector<TensorView> iv, ov;
+  for (const Tensor& t : in) iv.push_back(t.view());
+  for (const Tensor& t : out) ov.push_back(t.view());
+  const int slots = omp_get_max_threads();
+  Params pb = p;
+  pb.precision = attention::Precision::kBf16;
+  std::vector<char> ws(attention::workspace_bytes(pb, g, slots));
+
+  struct Variant {
+    std::string name;
+    std::function<Status()> run;
+  };
+  // The AVX2 path is what CPUs without AVX-512 run.
+  std::vector<Variant> variants{
+      {"avx2 fp32",
+       [&] {
+         attention::allow_avx512(false);
+         Status st = attention::run_attention(p, g, iv, ov, ws.data(), slots);
+         attention::allow_avx512(true);
+         return st;
+       }},
+      {"fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
+  };
+  if (attention::bf16_supported())
+    variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
+  // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still
+  // shows the kernel's cost when the wall time mostly shows waiting for a core.
+  if (!only.empty())
+    std::erase_if(variants, [&](const Variant& v) { return v.name.find(only) == std::string::npos; });
+  std::vector<std::vector<double>> ms(variants.size()), cpu_ms(variants.size());
+  auto cpu_now = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+  };
+  for (int r = 0; r < rounds + 2; ++r)
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const double c0 = cpu_now();
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = variants[v].run();
+      const auto t1 = std::chrono::steady_clock::now();
+      const double c1 = cpu_now();
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s: %s\n", variants[v].name.c_str(), st.message().c_str());
+        std::exit(1);
+      }
+      if (r >= 2) {
+        ms[v].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        cpu_ms[v].push_back(c1 - c0);
+      }
+    }
+  const double gflop = visible_pairs(p, g) * 4 * g.Dh * 1e-9;
+  std::printf("%s: Sq=%lld Sk=%lld H=%lld Dh=%lld block_causal 274, %.3f GFLOP, %d threads\n", s.name,
+              static_cast<long long>(g.Sq), static_cast<long long>(g.Sk_total()), static_cast<long long>(g.H),
+              static_cast<long long>(g.Dh), gflop, slots);
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const double m = median(ms[v]), c = median(cpu_ms[v]);
+    std::printf("  %-10s median %8.3f ms  %7.1f GFLOP/s   cpu %8.3f ms  %7.1f GFLOP/s per cpu-second\n",
+                variants[v].name.c_str(), m, gflop / (m * 1e-3), c, gflop / (c * 1e-3));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
+  const std::string only = argc > 2 ? argv[2] : "";
+  kiln::bench({"incremental", 274, 274, 1370}, rounds, only);
+  kiln::bench({"full", 1644, 1644, 0}, rounds, only);
+  return 0;
+}

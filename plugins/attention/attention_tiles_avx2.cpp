@@ -1,0 +1,179 @@
+// The AVX2 f32 tile compute: the baseline for CPUs without AVX-512 (kiln builds for x86-64-v3).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "plugins/attention/attention_tiles.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "the attention kernel needs AVX2 and FMA (kiln builds with -march=x86-64-v3)"
+#endif
+
+namespace kiln::attention {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// exp for 8 floats (Cephes polynomial, ~1 ulp); inputs below the float range (including -inf)
+// give exactly 0 so masked scores carry no weight.
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), lo);
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+// The two tile products, 4 rows by 16 lanes per register block:
+//   score:      s[j, i] = sum_d krow[j][d] * qt[d, i]       j < keys (multiple of 8), i < queries (of 32)
+//   accumulate: o[i, d] += sum_{j < keys} s[j, i] * vrow[j][d]   i < queries, d < Dhp (V read masked at Dh)
+void score_avx2(const float* const* krow, const float* qt, float* s, int64_t keys, int64_t queries, int64_t Dh) {
+  for (int64_t j = 0; j < keys; j += 4) {
+    const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
+    for (int64_t i = 0; i < queries; i += 16) {
+      __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+      const float* b = qt + i;
+      for (int64_t d = 0; d < Dh; ++d) {
+        const __m256 b0 = _mm256_loadu_ps(b + d * kTq), b1 = _mm256_loadu_ps(b + d * kTq + 8);
+        __m256 x = _mm256_broadcast_ss(k0 + d);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(k1 + d);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(k2 + d);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(k3 + d);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+      }
+      float* out = s + j * kTq + i;
+      _mm256_storeu_ps(out, c00);
+      _mm256_storeu_ps(out + 8, c01);
+      _mm256_storeu_ps(out + kTq, c10);
+      _mm256_storeu_ps(out + kTq + 8, c11);
+      _mm256_storeu_ps(out + 2 * kTq, c20);
+      _mm256_storeu_ps(out + 2 * kTq + 8, c21);
+      _mm256_storeu_ps(out + 3 * kTq, c30);
+      _mm256_storeu_ps(out + 3 * kTq + 8, c31);
+    }
+  }
+}
+
+// Lanes [0, n) of 8 set (n may exceed 8 or be <= 0).
+inline __m256i lane_mask8(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))), idx);
+}
+
+void accumulate_avx2(const float* s, const float* const* vrow, float* o, int64_t keys, int64_t queries, int64_t Dh,
+                     int64_t Dhp) {
+  for (int64_t d = 0; d < Dhp; d += 16) {
+    const __m256i m0 = lane_mask8(Dh - d), m1 = lane_mask8(Dh - d - 8);
+    for (int64_t i = 0; i < queries; i += 4) {
+      float* out = o + i * Dhp + d;
+      __m256 c00 = _mm256_loadu_ps(out), c01 = _mm256_loadu_ps(out + 8);
+      __m256 c10 = _mm256_loadu_ps(out + Dhp), c11 = _mm256_loadu_ps(out + Dhp + 8);
+      __m256 c20 = _mm256_loadu_ps(out + 2 * Dhp), c21 = _mm256_loadu_ps(out + 2 * Dhp + 8);
+      __m256 c30 = _mm256_loadu_ps(out + 3 * Dhp), c31 = _mm256_loadu_ps(out + 3 * Dhp + 8);
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* vr = vrow[j] + d;
+        const __m256 b0 = _mm256_maskload_ps(vr, m0), b1 = _mm256_maskload_ps(vr + 8, m1);
+        const float* p = s + j * kTq + i;
+        __m256 x = _mm256_broadcast_ss(p);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(p + 1);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(p + 2);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(p + 3);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+      }
+      _mm256_storeu_ps(out, c00);
+      _mm256_storeu_ps(out + 8, c01);
+      _mm256_storeu_ps(out + Dhp, c10);
+      _mm256_storeu_ps(out + Dhp + 8, c11);
+      _mm256_storeu_ps(out + 2 * Dhp, c20);
+      _mm256_storeu_ps(out + 2 * Dhp + 8, c21);
+      _mm256_storeu_ps(out + 3 * Dhp, c30);
+      _mm256_storeu_ps(out + 3 * Dhp + 8, c31);
+    }
+  }
+}
+
+// Folds a tile of S^T into each query's running max and sum, turns it into P^T relative to the new
+// max, and records the factor the accumulator rows must be rescaled by.
+void online_softmax(const Scratch& sc, int64_t nk, int64_t nqp) {
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  for (int64_t i = 0; i < nqp; i += 8) {
+    const __m256 m_old = _mm256_loadu_ps(sc.m + i);
+    __m256 mx = m_old;
+    for (int64_t j = 0; j < nk; ++j) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc.s + j * kTq + i));
+    // A query with nothing visible yet keeps max -inf; subtracting 0 instead keeps its
+    // probabilities at exp(-inf) = 0 rather than NaN.
+    const __m256 sub = _mm256_andnot_ps(_mm256_cmp_ps(mx, neg_inf, _CMP_EQ_OQ), mx);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = sc.s + j * kTq + i;
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row), sub));
+      _mm256_storeu_ps(row, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 alpha = exp8(_mm256_sub_ps(m_old, sub));
+    _mm256_storeu_ps(sc.alpha + i, alpha);
+    _mm256_storeu_ps(sc.l + i, _mm256_fmadd_ps(_mm256_loadu_ps(sc.l + i), alpha, sum));
+    _mm256_storeu_ps(sc.m + i, mx);
+  }
+}
+
+// qt[d, i] = scale * q_i[d], zero past nq.
+void pack_q(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
+  float* qt = static_cast<float*>(sc.q);
+  for (int64_t i = 0; i < nq; ++i) {
+    const float* src = q + i * q_row;
+    for (int64_t d = 0; d < Dh; ++d) qt[d * kTq + i] = src[d] * scale;
+  }
+  if (nq < nqp)
+    for (int64_t d = 0; d < Dh; ++d) std::memset(qt + d * kTq + nq, 0, sizeof(float) * (nqp - nq));
+}
+
+void score(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
+  score_avx2(kt.krow, static_cast<const float*>(sc.q), sc.s, round_up(kt.nk, 8), nqp, Dh);
+}
+
+void update(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
+  const int64_t Dhp = padded_dh(Dh);
+  online_softmax(sc, kt.nk, nqp);
+  for (int64_t i = 0; i < nqp; ++i) {
+    const float a = sc.alpha[i];
+    if (a == 1.0f) continue;
+    float* o = sc.o + i * Dhp;
+    const __m256 av = _mm256_set1_ps(a);
+    for (int64_t d = 0; d < Dhp; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(av, _mm256_loadu_ps(o + d)));
+  }
+  accumulate_avx2(sc.s, kt.vrow, sc.o, kt.nk, nqp, Dh, Dhp);
+}
+
+}  // namespace
+
+TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr, nullptr}; }
+
+}  // namespace kiln::attention

@@ -1,0 +1,245 @@
+#include "profiles/tactic_selection.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "profiles/input_generator.h"
+#include "runtime/engine_format.h"
+#include "runtime/execution_context.h"
+
+namespace kiln {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Attributes as text, in the AttrMap's (sorted) order, for the cache key.
+std::string attrs_key(const AttrMap& attrs) {
+  std::ostringstream os;
+  for (const auto& [name, a] : attrs) {
+    os << name << "=";
+    switch (a.kind) {
+      case Attribute::Kind::kInt: os << a.i; break;
+      case Attribute::Kind::kFloat: os << a.f; break;
+      case Attribute::Kind::kString: os << a.s; break;
+      case Attribute::Kind::kInts: for (auto v : a.ints) os << v << ","; break;
+      case Attribute::Kind::kFloats: for (auto v : a.floats) os << v << ","; break;
+      default: os << "?"; break;
+    }
+    os << ";";
+  }
+  return os.str();
+}
+
+// Timing needs data-independent kernels: every input a float tensor (values do not change the
+// work), so random inputs stand in for the real activations.
+bool timeable(const Plan& plan, const PlanStep& step, const ExecutionContext& ctx) {
+  if (!step.domain.empty()) return false;
+  for (int v : step.inputs) {
+    if (v < 0) continue;
+    const DType dt = plan.values[v].constant >= 0 ? plan.constants[plan.values[v].constant].dtype() : ctx.value_desc(v).dtype;
+    if (dt != DType::kFloat32 && dt != DType::kBFloat16) return false;
+  }
+  return true;
+}
+
+// Best-of-N wall time of one kernel on fixed inputs; stops early once it is clearly slower than
+// `best_ms` (a naive reference kernel need not be timed to the end at 1 GFLOP).
+StatusOr<double> time_kernel(const KernelRegistry& registry, const KernelArgs& args, const AttrMap& attrs, const std::string& impl,
+                             std::span<const TensorView> in, double best_ms) {
+  KILN_ASSIGN_OR_RETURN(auto kernel, registry.create(args, attrs, impl));
+  std::vector<TensorDesc> desc(static_cast<size_t>(args.num_outputs));
+  KILN_RETURN_IF_ERROR(kernel->infer(in, desc));
+  std::vector<Tensor> outs;
+  std::vector<TensorView> out_views;
+  for (const auto& d : desc) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(d.dtype, d.shape, "tactic timing output"));
+    outs.push_back(std::move(t));
+    out_views.push_back(outs.back().view());
+  }
+  KILN_RETURN_IF_ERROR(kernel->prepare(in, out_views));
+  double best = -1;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = Clock::now();
+    KILN_RETURN_IF_ERROR(kernel->run(in, out_views));
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (r == 0) {
+      if (best_ms > 0 && ms > 5 * best_ms) return -ms;  // warm-up alone is far slower: out
+      continue;
+    }
+    best = best < 0 ? ms : std::min(best, ms);
+  }
+  return best;
+}
+
+}  // namespace
+
+StatusOr<TimingCache> TimingCache::load(const std::string& path) {
+  TimingCache cache;
+  std::ifstream f(path);
+  if (!f) return cache;
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.rfind('\t');
+    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size())
+      return InvalidArgument("timing cache '" + path + "' line " + std::to_string(n) + ": expected KEY<TAB>IMPL");
+    cache.entries_[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  return cache;
+}
+
+Status TimingCache::save(const std::string& path) const {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# kiln timing cache: tactic choices, KEY<TAB>IMPL (KEY = op|candidates|inputs|attributes|threads|cpu)\n";
+    for (const auto& [k, v] : entries_) f << k << '\t' << v << '\n';
+    if (!f) return IoError("cannot write timing cache '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return IoError("cannot write timing cache '" + path + "': " + ec.message());
+  return Status::Ok();
+}
+
+const std::string* TimingCache::find(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
+                                                     TimingCache& cache, const KernelRegistry& registry) {
+  std::vector<TacticDecision> decisions;
+  std::vector<size_t> candidates_steps;
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    if (plan.steps[s].domain.empty() && registry.implementations(plan.steps[s].op_type).size() > 1) candidates_steps.push_back(s);
+  if (candidates_steps.empty()) return decisions;
+
+  // One run at opt gives every step's input shapes.
+  auto shared = std::make_shared<const Plan>(plan);
+  KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(shared, registry));
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < ctx->num_inputs(); ++i) {
+    const std::string& name = ctx->input_name(i);
+    auto it = opt_shapes.find(name);
+    if (it == opt_shapes.end()) return Internal("tactic selection: no opt shape for input '" + name + "'");
+    auto g = cfg.inputs.find(name);
+    KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(name, plan.values[plan.inputs[i]].dtype, it->second, g == cfg.inputs.end() ? nullptr : &g->second));
+    inputs.push_back(std::move(t));
+    KILN_RETURN_IF_ERROR(ctx->set_input(i, inputs.back().view()));
+  }
+  KILN_RETURN_IF_ERROR(ctx->run().with_context("tactic selection: running profile '" + plan.profile + "' at opt"));
+
+  const std::string machine = "|threads=" + std::to_string(omp_get_max_threads()) + "|cpu=" + std::to_string(host_cpu_features());
+  for (size_t s : candidates_steps) {
+    PlanStep& step = plan.steps[s];
+    if (!timeable(plan, step, *ctx)) continue;
+    auto impls = registry.implementations(step.op_type);
+    std::string key = step.op_type + "|";
+    for (const auto* e : impls) key += e->impl + ",";
+    key += "|";
+    std::vector<Tensor> random;
+    std::vector<TensorView> in;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int v = step.inputs[k];
+      if (v < 0) {
+        in.push_back(TensorView{});
+        key += "-;";
+        continue;
+      }
+      if (plan.values[v].constant >= 0) {
+        const Tensor& c = plan.constants[plan.values[v].constant];
+        in.push_back(c.view());
+        key += "w" + dtype_name(c.dtype()) + c.shape().str() + ";";
+        continue;
+      }
+      const TensorDesc d = ctx->value_desc(v);
+      KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(plan.values[v].name, d.dtype, d.shape, nullptr));
+      random.push_back(std::move(t));
+      in.push_back(random.back().view());
+      key += dtype_name(d.dtype) + d.shape.str() + ";";
+    }
+    key += "|" + attrs_key(step.attrs) + machine;
+    TacticDecision dec{step.name, step.op_type, "", false, {}};
+    if (const std::string* hit = cache.find(key); hit && std::any_of(impls.begin(), impls.end(), [&](auto* e) { return e->impl == *hit; })) {
+      dec.chosen = *hit;
+      dec.from_cache = true;
+    } else {
+      KernelArgs args;
+      args.op_type = step.op_type;
+      args.node_name = step.name;
+      args.opset = plan.opset;
+      args.num_inputs = static_cast<int>(step.inputs.size());
+      args.num_outputs = static_cast<int>(step.outputs.size());
+      double best = -1;
+      for (const auto* e : impls) {
+        KILN_ASSIGN_OR_RETURN(double ms, time_kernel(registry, args, step.attrs, e->impl, in, best));
+        dec.timings.push_back({e->impl, ms});
+        if (ms >= 0 && (best < 0 || ms < best)) {
+          best = ms;
+          dec.chosen = e->impl;
+        }
+      }
+      cache.insert(key, dec.chosen);
+    }
+    step.impl = dec.chosen;
+    decisions.push_back(std::move(dec));
+  }
+  return decisions;
+}
+
+PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const std::function<void(const std::string&)>& progress,
+                               TacticLog* log) {
+  return [&cfg, &cache, progress, log](Plan& plan, const ResolvedProfile& profile) -> Status {
+    const auto t0 = Clock::now();
+    KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics(plan, profile.shapes_at(ResolvedProfile::Point::kOpt), cfg, cache));
+    size_t cached = 0;
+    std::map<std::string, int> chosen;
+    for (const auto& d : decisions) {
+      cached += d.from_cache ? 1 : 0;
+      ++chosen[d.op_type + " " + d.chosen];
+    }
+    std::string summary;
+    for (const auto& [what, n] : chosen) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f s", std::chrono::duration<double>(Clock::now() - t0).count());
+    progress("[profile '" + profile.name + "'] tactics: " + std::to_string(decisions.size()) + " steps with a choice (" +
+             std::to_string(cached) + " from the timing cache) in " + secs + (summary.empty() ? "" : ": " + summary));
+    (*log)[profile.name] = std::move(decisions);
+    return Status::Ok();
+  };
+}
+
+std::string tactics_report_json(const TacticLog& log) {
+  std::ostringstream os;
+  os << "{";
+  size_t p = 0;
+  for (const auto& [profile, decisions] : log) {
+    os << (p++ ? ", " : "") << "\"" << profile << "\": [";
+    for (size_t i = 0; i < decisions.size(); ++i) {
+      const auto& d = decisions[i];
+      os << (i ? ", " : "") << "{\"node\": \"" << d.node << "\", \"op\": \"" << d.op_type << "\", \"chosen\": \"" << d.chosen
+         << "\", \"cached\": " << (d.from_cache ? "true" : "false") << ", \"ms\": {";
+      for (size_t k = 0; k < d.timings.size(); ++k) {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, "%.4g", d.timings[k].ms);
+        os << (k ? ", " : "") << "\"" << d.timings[k].impl << "\": " << ms;
+      }
+      os << "}}";
+    }
+    os << "]";
+  }
+  os << "}";
+  return os.str();
+}
+
+}  // namespace kiln
