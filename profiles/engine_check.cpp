@@ -10,25 +10,12 @@
 #include <thread>
 
 #include "profiles/input_generator.h"
+#include "profiles/json_text.h"
 
 namespace kiln {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string json_shape(const Shape& s) {
   std::string out = "[";

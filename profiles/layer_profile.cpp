@@ -1,5 +1,7 @@
 #include "profiles/layer_profile.h"
 
+#include "profiles/json_text.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,20 +12,6 @@ namespace kiln {
 
 namespace {
 
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string num(double v) {
   char buf[64];
@@ -46,7 +34,7 @@ std::string describe(const TensorView& v) {
 
 std::string json_list(const std::vector<std::string>& items) {
   std::string s = "[";
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + json_quote(items[i]);
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + json_string(items[i]);
   return s + "]";
 }
 
@@ -115,16 +103,16 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
   os << "{\"traceEvents\": [";
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const LayerTiming& s = p.steps[i];
-    os << (i ? "," : "") << "\n  {\"name\": " << json_quote(s.name) << ", \"cat\": " << json_quote(s.op_type)
+    os << (i ? "," : "") << "\n  {\"name\": " << json_string(s.name) << ", \"cat\": " << json_string(s.op_type)
        << ", \"ph\": \"X\", \"ts\": " << micros(s.begin_ms) << ", \"dur\": " << micros(s.ms) << ", \"pid\": 1, \"tid\": 1"
-       << ", \"args\": {\"op_type\": " << json_quote(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
+       << ", \"args\": {\"op_type\": " << json_string(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
        << ", \"outputs\": " << json_list(s.outputs);
     if (s.flops.flops > 0) os << ", \"gflop\": " << num(s.flops.flops / 1e9);
     os << "}}";
   }
   os << "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {";
   for (size_t i = 0; i < other_data.size(); ++i)
-    os << (i ? ", " : "") << json_quote(other_data[i].first) << ": " << json_quote(other_data[i].second);
+    os << (i ? ", " : "") << json_string(other_data[i].first) << ": " << json_string(other_data[i].second);
   os << "}}\n";
   return os.str();
 }
@@ -134,14 +122,14 @@ std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
   os << "\"layers\": [";
   size_t k = 0;
   for (size_t i : slowest_steps(p, top_n))
-    os << (k++ ? ", " : "") << "{\"name\": " << json_quote(p.steps[i].name) << ", \"op_type\": " << json_quote(p.steps[i].op_type)
+    os << (k++ ? ", " : "") << "{\"name\": " << json_string(p.steps[i].name) << ", \"op_type\": " << json_string(p.steps[i].op_type)
        << ", \"ms\": " << num(p.steps[i].ms) << "}";
   os << "], \"by_op_type\": {";
   k = 0;
-  for (const auto& [op, ms] : ms_by_op_type(p)) os << (k++ ? ", " : "") << json_quote(op) << ": " << num(ms);
+  for (const auto& [op, ms] : ms_by_op_type(p)) os << (k++ ? ", " : "") << json_string(op) << ": " << num(ms);
   os << "}, \"gflop_by_op_type\": {";
   k = 0;
-  for (const auto& [op, gflop] : gflop_by_op_type(p)) os << (k++ ? ", " : "") << json_quote(op) << ": " << num(gflop);
+  for (const auto& [op, gflop] : gflop_by_op_type(p)) os << (k++ ? ", " : "") << json_string(op) << ": " << num(gflop);
   os << "}";
   return os.str();
 }

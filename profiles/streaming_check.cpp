@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "profiles/engine_check.h"
+#include "profiles/json_text.h"
 
 namespace kiln {
 
@@ -219,7 +220,7 @@ std::string streaming_report_json(const StreamingResult& r) {
      << ", \"equivalence_max_abs_err\": " << fmt(r.equivalence_max_abs_err) << ", \"equivalence_timesteps\": " << r.equivalence_timesteps
      << ", \"equivalence_err\": {";
   size_t k = 0;
-  for (const auto& [name, e] : r.equivalence_err) os << (k++ ? ", " : "") << "\"" << name << "\": " << fmt(e);
+  for (const auto& [name, e] : r.equivalence_err) os << (k++ ? ", " : "") << json_string(name) << ": " << fmt(e);
   os << "}, \"state_bytes_copied_per_step\": " << fmt(r.state_bytes_copied_per_step) << ", \"state_bytes_copied_max\": " << r.state_bytes_copied_max
      << ", \"state_bytes_appended_per_step\": " << fmt(r.state_bytes_appended_per_step) << ", \"state_buffer_bytes\": " << r.state_buffer_bytes
      << ", \"in_place_steps\": " << r.in_place_steps << ", \"cached_rows\": " << r.cached_rows << ", \"profile_switch_ms\": " << fmt(r.profile_switch_ms) << "}";

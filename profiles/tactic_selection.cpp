@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "profiles/input_generator.h"
+#include "profiles/json_text.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 
@@ -224,15 +225,15 @@ std::string tactics_report_json(const TacticLog& log) {
   os << "{";
   size_t p = 0;
   for (const auto& [profile, decisions] : log) {
-    os << (p++ ? ", " : "") << "\"" << profile << "\": [";
+    os << (p++ ? ", " : "") << json_string(profile) << ": [";
     for (size_t i = 0; i < decisions.size(); ++i) {
       const auto& d = decisions[i];
-      os << (i ? ", " : "") << "{\"node\": \"" << d.node << "\", \"op\": \"" << d.op_type << "\", \"chosen\": \"" << d.chosen
-         << "\", \"cached\": " << (d.from_cache ? "true" : "false") << ", \"ms\": {";
+      os << (i ? ", " : "") << "{\"node\": " << json_string(d.node) << ", \"op\": " << json_string(d.op_type) << ", \"chosen\": " << json_string(d.chosen)
+         << ", \"cached\": " << (d.from_cache ? "true" : "false") << ", \"ms\": {";
       for (size_t k = 0; k < d.timings.size(); ++k) {
         char ms[32];
         std::snprintf(ms, sizeof ms, "%.4g", d.timings[k].ms);
-        os << (k ? ", " : "") << "\"" << d.timings[k].impl << "\": " << ms;
+        os << (k ? ", " : "") << json_string(d.timings[k].impl) << ": " << ms;
       }
       os << "}}";
     }
