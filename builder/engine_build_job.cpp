@@ -138,6 +138,14 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   for (int id : graph.inputs) result.input_dtypes[graph.values[id].name] = graph.values[id].dtype;
   for (const auto& [name, gen] : cfg.inputs)
     if (!result.input_dtypes.count(name)) return InvalidArgument(cfg.config_path + ": inputs names '" + name + "', which the model does not have");
+  // A streaming state pair naming a missing input or output fails before anything is built.
+  for (const auto& st : cfg.streaming.state) {
+    bool has_output = false;
+    for (int id : graph.outputs) has_output = has_output || graph.values[id].name == st.output;
+    if (!result.input_dtypes.count(st.input))
+      return InvalidArgument(cfg.config_path + ": streaming.state names input '" + st.input + "', which the model does not have");
+    if (!has_output) return InvalidArgument(cfg.config_path + ": streaming.state names output '" + st.output + "', which the model does not have");
+  }
 
   std::set<std::string> disabled(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
   // fusions: {attention: required | auto | off}

@@ -41,6 +41,11 @@ def main():
     (work / "bad.yaml").write_text("model: add.onnx\nprofiles:\n  p:\n    dimz: {n: 3}\n")
     (work / "unset.yaml").write_text("model: add.onnx\nprofiles:\n  p:\n    dims: {}\n")
     (work / "ok.yaml").write_text("model: add.onnx\noutput: add.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 3, max: 4}}\n")
+    ok_profile = "model: add.onnx\noutput: add_s.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 3, max: 4}}\n"
+    (work / "stream_bad_output.yaml").write_text(ok_profile + "streaming: {cold_start: p, step: p, state: [{output: kv, input: x, axis: 0}], "
+                                                 "window: {tokens_per_step: 1, max_steps: 2}}\n")
+    (work / "stream_bad_profile.yaml").write_text(ok_profile + "streaming: {cold_start: p, step: q, state: [{output: y, input: x, axis: 0}], "
+                                                  "window: {tokens_per_step: 1, max_steps: 2}}\n")
     out = str(work / "out")
     er, eb = a.engine_run, a.engine_build
     cases = [
@@ -56,6 +61,8 @@ def main():
         ("config unknown key", [eb, str(work / "bad.yaml"), "--no-bench"], ["dimz", "bad.yaml:4"]),
         ("config dim unset", [eb, str(work / "unset.yaml"), "--no-bench"], ["profile 'p'", "'x'", "dim 0", "'n'"]),
         ("missing config", [eb, str(work / "absent.yaml")], ["absent.yaml"]),
+        ("streaming unknown output", [eb, str(work / "stream_bad_output.yaml"), "--no-bench"], ["streaming.state", "'kv'"]),
+        ("streaming unknown profile", [eb, str(work / "stream_bad_profile.yaml"), "--no-bench"], ["'q'"]),
         ("bad --set", [eb, str(work / "ok.yaml"), "--set", "benchmark.iterations=zero", "--no-bench"], ["benchmark.iterations"]),
     ]
     passed = failed = 0
