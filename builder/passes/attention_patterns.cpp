@@ -498,8 +498,24 @@ class SiteMatcher {
     auto [rs, re] = bounds[2];
     auto [cs, ce] = bounds[3];
     auto zero = m_.dims_value(cs);
-    return is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 &&
-           (*zero)[0].is_known() && (*zero)[0].value == 0 && is_len(ce, sk, 1);
+    if (!(is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 && (*zero)[0].is_known() &&
+          (*zero)[0].value == 0 && is_len(ce, sk, 1)))
+      return why("the slice of the lower-triangular buffer is not provably [Sk-Sq : Sk, 0 : Sk] (Sq " + sq.str() + ", Sk " +
+                 sk.str() + ")");
+    // The slice is exact only while it stays inside the buffer (Slice clamps silently) and starts at
+    // a row >= 0: for every shape of the profile, Sq <= Sk <= the buffer's rows and columns.
+    const auto sk_b = dim_bounds(sk, m_.ranges_), start_b = dim_bounds(sub_dim(sk, sq), m_.ranges_);
+    const int64_t room = std::min(bs[2], bs[3]);
+    if (!sk_b || sk_b->second > room)
+      return why("key length " + sk.str() + (sk_b && sk_b->second != kUnbounded ? " reaches " + std::to_string(sk_b->second) : " is not bounded") +
+                 " in this profile but the causal buffer has " + std::to_string(room) + " positions");
+    if (!start_b || start_b->first < 0) return why("Sk - Sq = " + sub_dim(sk, sq).str() + " is not provably >= 0");
+    return true;
+  }
+
+  bool why(const std::string& r) {
+    causal_why_ = r;
+    return false;
   }
 
   // Whether one-element `v` is `expect` (by value, or symbolically as the exporter computes it:
@@ -551,7 +567,9 @@ class SiteMatcher {
       if (!seen.insert(v).second) continue;
       Node* n = m_.producer(v);
       if (!n) continue;
-      if (core.count(m_.index_of(n))) fail("an input of the attention is computed from the attention itself (" + vname(v) + ")");
+      if (core.count(m_.index_of(n)))
+        fail("an input of the attention is computed from the attention itself (" + vname(v) + ")" +
+             (causal_why_.empty() ? "" : "; the mask is not proven causal: " + causal_why_));
       for (int i : n->inputs)
         if (i >= 0) stack.push_back(i);
     }
@@ -561,6 +579,7 @@ class SiteMatcher {
   Graph& g_;
   Node& sm_;
   bool f_layout_bhsd_ = false, seq_first_ = false;
+  std::string causal_why_;  // why a bool mask is not proven causal, for the report
   int q4_ = -1, q3_ = -1, k_total_ = -1, v_total_ = -1;
 };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "builder/passes/pass.h"
+#include "builder/passes/sym_linear.h"
 
 namespace kiln {
 namespace attention_fusion_detail {
@@ -37,7 +38,7 @@ struct Fused {
 
 class Matcher {
  public:
-  explicit Matcher(Graph& g) : g_(g) { refresh(); }
+  Matcher(Graph& g, const DimRanges& ranges) : g_(g), ranges_(ranges) { refresh(); }
 
   void refresh();
 
@@ -93,6 +94,7 @@ class Matcher {
   std::optional<std::vector<Dim>> dims_value(int v);
 
   Graph& g_;
+  const DimRanges& ranges_;  // the profile's ranged symbols
   std::map<int, std::optional<SymShape>> derived_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "builder/passes/attention_patterns.h"
+#include "builder/passes/sym_linear.h"
 
 namespace kiln {
 namespace attention_fusion_detail {
@@ -275,14 +276,8 @@ std::optional<std::vector<Dim>> Matcher::dims_value(int v) {
 
 bool same_dim(const Dim& a, const Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
 
-// Mirrors shape inference's naming of a symbolic difference, so a slice start computed by the
-// exporter's Shape arithmetic compares equal to key_len - query_len.
-Dim sub_dim(const Dim& a, const Dim& b) {
-  if (a.is_known() && b.is_known()) return a.value >= b.value ? Dim::known(a.value - b.value) : Dim{};
-  if (a.str() == "?" || b.str() == "?") return Dim{};
-  if (b.is_known() && b.value == 0) return a;
-  return Dim::sym("(" + a.str() + "-" + b.str() + ")");
-}
+// The exporter's Shape arithmetic names the difference the way shape inference does (sym_linear).
+Dim sub_dim(const Dim& a, const Dim& b) { return linear_add(a, b, -1); }
 
 }  // namespace attention_fusion_detail
 }  // namespace kiln
