@@ -491,12 +491,16 @@ class SiteMatcher {
       }
       v = n->inputs[0];
     }
+    // The buffer: [N, N] or with leading 1s ([1, 1, N, N] as GPT-2 registers it).
     const Value& bias = g_.values[v];
-    if (!bias.is_constant() || bias.constant.shape().rank() != 4 || bounds.size() != 2) return false;
+    if (!bias.is_constant() || bias.constant.shape().rank() < 2 || bounds.size() != 2) return false;
     const Shape& bs = bias.constant.shape();
-    if (bs[0] != 1 || bs[1] != 1 || !bounds.count(2) || !bounds.count(3) || !is_tril_ones(bias)) return false;
-    auto [rs, re] = bounds[2];
-    auto [cs, ce] = bounds[3];
+    const int br = bs.rank();
+    for (int i = 0; i < br - 2; ++i)
+      if (bs[i] != 1) return false;
+    if (!bounds.count(br - 2) || !bounds.count(br - 1) || !is_tril_ones(bias)) return false;
+    auto [rs, re] = bounds[br - 2];
+    auto [cs, ce] = bounds[br - 1];
     auto zero = m_.dims_value(cs);
     if (!(is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 && (*zero)[0].is_known() &&
           (*zero)[0].value == 0 && is_len(ce, sk, 1)))
@@ -505,7 +509,7 @@ class SiteMatcher {
     // The slice is exact only while it stays inside the buffer (Slice clamps silently) and starts at
     // a row >= 0: for every shape of the profile, Sq <= Sk <= the buffer's rows and columns.
     const auto sk_b = dim_bounds(sk, m_.ranges_), start_b = dim_bounds(sub_dim(sk, sq), m_.ranges_);
-    const int64_t room = std::min(bs[2], bs[3]);
+    const int64_t room = std::min(bs[br - 2], bs[br - 1]);
     if (!sk_b || sk_b->second > room)
       return why("key length " + sk.str() + (sk_b && sk_b->second != kUnbounded ? " reaches " + std::to_string(sk_b->second) : " is not bounded") +
                  " in this profile but the causal buffer has " + std::to_string(room) + " positions");

@@ -181,6 +181,36 @@ TEST(AttentionFusionSymbolic, VitDynamicBatch) {
   }
 }
 
+// A GPT-style decoder kiln's models do not contain (tests/e2e/attention_variants.py): separate q/k/v,
+// a 2-D bool causal buffer sliced [past : past+seq, : past+seq], masked_fill(~mask, -inf), Mul scale.
+TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
+  if (!have_torch()) GTEST_SKIP() << "python3-torch (/usr/bin/python3 with torch) is missing";
+  const std::string cmd = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 tests/e2e/attention_variants.py gpt_sep_qkv --out '" +
+                          work_dir().string() + "' > '" + (work_dir() / "gpt_sep_qkv.log").string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "export failed, see " << work_dir();
+  for (auto [seq, past] : {std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>{{1, 1}, {1, 1024}},
+                           {{1, 64}, {0, 0}}}) {
+    auto g = import_onnx_file((work_dir() / "gpt_sep_qkv.onnx").string());
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto ctx = run_profile(*g, {{"seq", seq}, {"past", past}});
+    EXPECT_EQ(fused(ctx), 2) << sites_text(ctx);
+    auto att = attention_nodes(*g);
+    ASSERT_EQ(att.size(), 2u);
+    for (const Node* n : att) {
+      EXPECT_EQ(n->attrs.at("mask").s, "causal") << n->name;
+      EXPECT_EQ(n->attrs.at("kv_cache").i, 1);
+      EXPECT_EQ(n->attrs.at("num_heads").i, 3);
+      EXPECT_NEAR(n->attrs.at("scale").f, 0.25, 1e-7);
+    }
+  }
+  // The buffer has 1100 positions: a decode profile up to past 1100 could run past it.
+  auto g = import_onnx_file((work_dir() / "gpt_sep_qkv.onnx").string());
+  ASSERT_TRUE(g.ok());
+  auto ctx = run_profile(*g, {{"seq", {1, 1}}, {"past", {1, 1100}}});
+  ASSERT_FALSE(ctx.attention_sites.empty());
+  for (const Node* n : attention_nodes(*g)) EXPECT_NE(n->attrs.at("mask").s, "causal") << n->name;
+}
+
 // ---- the symbolic arithmetic -------------------------------------------------------------------------
 
 TEST(SymLinear, CanonicalSumsAndDifferences) {
