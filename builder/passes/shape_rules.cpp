@@ -103,6 +103,11 @@ void seed_sym_value(Value& v) {
   v.sym_value = d;
 }
 
+bool nonneg(const Dim& d) {
+  auto b = dim_bounds(d, DimRanges{});
+  return b && b->first >= 0;
+}
+
 // One element of a small integer vector: a number (negative ones too, which Dims cannot hold) or
 // a symbolic dim.
 struct Elem {
@@ -210,7 +215,7 @@ void infer_sym_value(Graph& g, Node& n) {
       if (!x || !y) return;
       if (x->num && y->num) r.push_back(Dim::known(*x->num == *y->num));
       else if (!x->num && !y->num && x->sym == y->sym) r.push_back(Dim::known(1));
-      else if ((x->num && *x->num < 0) || (y->num && *y->num < 0)) r.push_back(Dim::known(0));
+      else if ((x->num && *x->num < 0 && nonneg(y->sym)) || (y->num && *y->num < 0 && nonneg(x->sym))) r.push_back(Dim::known(0));
       else return;
     }
     out.sym_value = r;
@@ -381,11 +386,10 @@ bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
     const auto &s0 = in(0)->sym_value, &s1 = in(1)->sym_value, &s2 = in(2)->sym_value;
     if (!s0 || !s1 || !s2 || s0->size() != 1 || s1->size() != 1 || s2->size() != 1) return false;
     if (!(*s2)[0].is_known() || (*s2)[0].value != 1) return false;
-    auto len = to_linear(linear_add((*s1)[0], (*s0)[0], -1));
-    if (!len || len->constant < 0) return false;
-    for (const auto& [atom, k] : len->terms)
-      if (k < 0) return false;
-    set_out(g, n, 0, x->dtype, Dims{from_linear(*len)});
+    const Dim len = linear_add((*s1)[0], (*s0)[0], -1);
+    auto b = dim_bounds(len, DimRanges{});
+    if (!b || b->first < 0) return false;
+    set_out(g, n, 0, x->dtype, Dims{len});
     return true;
   }
   if (!x->shape) return false;

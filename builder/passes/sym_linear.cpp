@@ -134,6 +134,13 @@ std::optional<std::pair<int64_t, int64_t>> dim_bounds(const Dim& d, const DimRan
   bool hi_unbounded = false, lo_unbounded = false;
   for (const auto& [atom, k] : l->terms) {
     auto it = ranges.find(atom);
+    // A model's dim symbol is a size, >= 0. An opaque derived atom (a product or quotient of
+    // expressions, written with parentheses) may hide a negative difference: no lower bound.
+    if (it == ranges.end() && atom.find('(') != std::string::npos) {
+      (k > 0 ? lo_unbounded : hi_unbounded) = true;
+      (k > 0 ? hi_unbounded : lo_unbounded) = true;
+      continue;
+    }
     const int64_t amin = it == ranges.end() ? 0 : it->second.first;
     const bool bounded = it != ranges.end();
     const int64_t amax = bounded ? it->second.second : 0;

@@ -242,6 +242,11 @@ TEST(SymLinear, BoundsOverRanges) {
   EXPECT_EQ(open->second, kUnbounded);
   EXPECT_EQ(dim_bounds(linear_add(Dim::known(5), Dim::sym("batch"), -1), r)->first, -kUnbounded);
   EXPECT_FALSE(dim_bounds(Dim{}, r));
+  // A derived opaque atom may be a negative difference in disguise: no bound either way.
+  auto opaque = dim_bounds(Dim::sym("((-past+seq)*seq)"), r);
+  ASSERT_TRUE(opaque);
+  EXPECT_EQ(opaque->first, -kUnbounded);
+  EXPECT_EQ(opaque->second, kUnbounded);
 }
 
 // ids[1, seq] -> Range(past, past + seq) positions, and a [1, 1, 64, 64] buffer sliced at
