@@ -169,7 +169,8 @@ class SiteMatcher {
     if (n->inputs.size() != 2) fail("malformed " + g_.describe_node(*n));
     auto c1 = m_.scalar(n->inputs[1]);
     if (n->op_type == "Div") {
-      if (!c1 || *c1 == 0) fail(g_.describe_node(*n) + " does not divide by a constant scalar");
+      if (!c1) fail(g_.describe_node(*n) + " does not divide by a constant scalar: " + m_.scalar_blocker(n->inputs[1]));
+      if (*c1 == 0) fail(g_.describe_node(*n) + " divides by 0");
       f.scale /= *c1;
       take(f, n);
       return n->inputs[0];
@@ -185,7 +186,8 @@ class SiteMatcher {
       take(f, n);
       return n->inputs[1];
     }
-    fail(g_.describe_node(*n) + " does not multiply by a constant scalar");
+    fail(g_.describe_node(*n) + " does not multiply by a constant scalar" +
+         (c0 || c1 ? std::string(" (both operands are numbers)") : ": " + m_.scalar_blocker(n->inputs[1])));
   }
 
   // q or k scaled before the MatMul (nn.MultiheadAttention divides q).

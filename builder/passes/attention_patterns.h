@@ -89,6 +89,8 @@ class Matcher {
   // The value of a scalar computed from constants and known dims (e.g. GPT-2's
   // Pow(Cast(Shape(v)[-1]), 0.5)); nullopt when it is not provably one number.
   std::optional<double> scalar(int v, int depth = 0);
+  // Why scalar(v) fails, naming the operand (e.g. a dim that is symbolic in this profile).
+  std::string scalar_blocker(int v, int depth = 0);
 
   // Elements of a small integer operand (a reshape target, slice bounds), possibly symbolic.
   std::optional<std::vector<Dim>> dims_value(int v);

@@ -211,6 +211,37 @@ TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
   for (const Node* n : attention_nodes(*g)) EXPECT_NE(n->attrs.at("mask").s, "causal") << n->name;
 }
 
+// [1, 2, S, 8] attention whose scores are divided by sqrt(S): not a constant, so not fused, and the
+// report says which dim the divisor reads.
+TEST(AttentionFusionSymbolic, ScaleFromASymbolicDimIsReported) {
+  OnnxModelBuilder b;
+  for (const char* n : {"q", "k", "v"}) b.input(n, DType::kFloat32, {int64_t{1}, int64_t{2}, std::string("S"), int64_t{8}});
+  b.initializer("two", {2}, {});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"k"}, {"kt"}, "kt"), "perm", {0, 1, 3, 2});
+  b.node("MatMul", {"q", "kt"}, {"scores"}, "qk");
+  b.node("Shape", {"q"}, {"q_shape"}, "shape");
+  b.node("Gather", {"q_shape", "two"}, {"s_len"}, "gather");
+  OnnxModelBuilder::int_attr(b.node("Cast", {"s_len"}, {"s_f"}, "cast"), "to", 1);
+  b.node("Sqrt", {"s_f"}, {"root"}, "sqrt");
+  b.node("Div", {"scores", "root"}, {"scaled"}, "div");
+  OnnxModelBuilder::int_attr(b.node("Softmax", {"scaled"}, {"p"}, "softmax"), "axis", -1);
+  b.node("MatMul", {"p", "v"}, {"out"}, "pv");
+  b.output("out");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto ctx = run_profile(*g, {{"S", {1, 64}}});
+  ASSERT_EQ(ctx.attention_sites.size(), 1u);
+  const std::string& r = ctx.attention_sites[0].reason;
+  EXPECT_NE(r.find("does not divide by a constant scalar"), std::string::npos) << r;
+  EXPECT_NE(r.find("dim 2 (S) of 'q'"), std::string::npos) << r;
+  // With S fixed the same graph fuses, scale 1/sqrt(16).
+  auto g2 = b.import();
+  ASSERT_TRUE(g2.ok());
+  auto ctx2 = run_profile(*g2, {{"S", {16, 16}}});
+  ASSERT_EQ(attention_nodes(*g2).size(), 1u) << sites_text(ctx2);
+  EXPECT_NEAR(attention_nodes(*g2)[0]->attrs.at("scale").f, 0.25, 1e-7);
+}
+
 // ---- the symbolic arithmetic -------------------------------------------------------------------------
 
 TEST(SymLinear, CanonicalSumsAndDifferences) {
