@@ -146,7 +146,6 @@ std::optional<Elem> elem_of(const Graph& g, int v, size_t i, int depth = 0) {
   return std::nullopt;
 }
 
-
 // Rules for shape-arithmetic ops on sym_values.
 void infer_sym_value(Graph& g, Node& n) {
   auto sv = [&](size_t i) -> const std::optional<Dims>* {
@@ -205,8 +204,8 @@ void infer_sym_value(Graph& g, Node& n) {
     auto t = const_ints(g, n.inputs[1]);
     if (t && t->size() == 1 && ((*t)[0] == -1 || (*t)[0] == static_cast<int64_t>((**sv(0)).size()))) out.sym_value = **sv(0);
   } else if (op == "Equal" && sv(0) && sv(1)) {
-    // Elements as 0/1. A symbol is a dim, never negative: it differs from a negative constant
-    // (the -1 "keep this dim" marker expand() compares against).
+    // Elements as 0/1. A symbol that is provably >= 0 (a dim, a sum of dims) differs from a negative
+    // constant (the -1 "keep this dim" marker expand() compares against).
     const size_t na = (**sv(0)).size(), nb = (**sv(1)).size();
     if (na != nb && na != 1 && nb != 1) return;
     Dims r;

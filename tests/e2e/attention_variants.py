@@ -7,6 +7,7 @@ the fusion must hold for exports it has never seen that use the same exporter pa
                   with masked_fill(~mask, -inf), the scale as a Mul by a Python float after QK^T.
   mha_batch_first nn.MultiheadAttention(batch_first=True) in a custom pre-LN encoder, dynamic batch and
                   sequence.
+  gpt_lookahead   gpt_sep_qkv with tril(diagonal=1): a mask that looks like the causal one but is not.
   scaled_q_bsd    BERT-style encoder: q multiplied by Dh**-0.5 before QK^T, heads by view+transpose,
                   k.transpose(-1, -2) of the split heads, an additive padding mask [B,1,1,S] input.
 
@@ -29,7 +30,7 @@ OPSET = 17
 # ---- gpt_sep_qkv -------------------------------------------------------------------------------------
 
 class SepQKVAttention(nn.Module):
-    def __init__(self, dim, heads, max_pos):
+    def __init__(self, dim, heads, max_pos, diagonal=0):
         super().__init__()
         self.heads, self.head_dim = heads, dim // heads
         self.q = nn.Linear(dim, dim)
@@ -37,7 +38,7 @@ class SepQKVAttention(nn.Module):
         self.v = nn.Linear(dim, dim)
         self.o = nn.Linear(dim, dim)
         self.scale = 1.0 / math.sqrt(self.head_dim)
-        self.register_buffer("causal", torch.tril(torch.ones(max_pos, max_pos, dtype=torch.bool)), persistent=False)
+        self.register_buffer("causal", torch.tril(torch.ones(max_pos, max_pos, dtype=torch.bool), diagonal), persistent=False)
 
     def heads_of(self, t):
         b, s, _ = t.shape
@@ -57,11 +58,11 @@ class SepQKVAttention(nn.Module):
 
 
 class SepQKVDecoder(nn.Module):
-    def __init__(self, layers=2, dim=48, heads=3, vocab=97, max_pos=1100):
+    def __init__(self, layers=2, dim=48, heads=3, vocab=97, max_pos=1100, diagonal=0):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(max_pos, dim)
-        self.attn = nn.ModuleList([SepQKVAttention(dim, heads, max_pos) for _ in range(layers)])
+        self.attn = nn.ModuleList([SepQKVAttention(dim, heads, max_pos, diagonal) for _ in range(layers)])
         self.norm = nn.ModuleList([nn.LayerNorm(dim) for _ in range(layers)])
         self.mlp = nn.ModuleList([nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
                                   for _ in range(layers)])
@@ -116,6 +117,16 @@ fusions: {{attention: required}}
 inputs:
   ids: {{generator: randint, low: 0, high: 97}}
 """
+
+
+class GptLookahead(GptSepQKV):
+    """The same decoder with tril(diagonal=1): each query also sees the next key. Not causal, so the
+    fusion must keep the sliced buffer as a bool mask; prefill outputs differ from causal ones."""
+
+    @staticmethod
+    def build():
+        torch.manual_seed(11)
+        return SepQKVDecoder(diagonal=1).eval()
 
 
 # ---- mha_batch_first -----------------------------------------------------------------------------------
@@ -227,7 +238,8 @@ inputs:
 """
 
 
-VARIANTS = {"gpt_sep_qkv": GptSepQKV, "mha_batch_first": MhaBatchFirst, "scaled_q_bsd": ScaledQBsd}
+VARIANTS = {"gpt_sep_qkv": GptSepQKV, "gpt_lookahead": GptLookahead, "mha_batch_first": MhaBatchFirst,
+            "scaled_q_bsd": ScaledQBsd}
 
 
 def export(name, out_path):

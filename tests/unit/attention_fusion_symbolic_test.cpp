@@ -203,6 +203,17 @@ TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
       EXPECT_NEAR(n->attrs.at("scale").f, 0.25, 1e-7);
     }
   }
+  // tril(diagonal=1) looks the same but lets each query see the next key: never "causal".
+  const std::string la = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 tests/e2e/attention_variants.py gpt_lookahead --out '" +
+                         work_dir().string() + "' > '" + (work_dir() / "gpt_lookahead.log").string() + "' 2>&1";
+  ASSERT_EQ(std::system(la.c_str()), 0) << "export failed, see " << work_dir();
+  {
+    auto g = import_onnx_file((work_dir() / "gpt_lookahead.onnx").string());
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    auto ctx = run_profile(*g, {{"seq", {1, 64}}, {"past", {0, 0}}});
+    EXPECT_EQ(fused(ctx), 2) << sites_text(ctx);
+    for (const Node* n : attention_nodes(*g)) EXPECT_EQ(n->attrs.at("mask").s, "bool") << n->name;
+  }
   // The buffer has 1100 positions: a decode profile up to past 1100 could run past it.
   auto g = import_onnx_file((work_dir() / "gpt_sep_qkv.onnx").string());
   ASSERT_TRUE(g.ok());
