@@ -1,6 +1,7 @@
 // Per-op dtype and shape inference over symbolic dims. Ops with a rule here work with symbols;
 // every other op is inferred by its kernel once its input shapes are concrete (and any inputs that
 // describe shapes are constant).
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -348,6 +349,52 @@ std::optional<Dims> symbolic_slice(Graph& g, Node& n, const Dims& xs, const DimR
   return out;
 }
 
+// Einsum without ellipsis (e.g. torch.outer's "i,j->ij" for rotary angles over symbolic positions):
+// each output letter takes the dim its inputs give it. Letters whose dims disagree (a 1 against
+// another size broadcasts in some runtimes) leave the rule to the kernel.
+std::optional<Dims> symbolic_einsum(Graph& g, const Node& n) {
+  std::string eq;
+  for (char c : n.attrs.at("equation").s)
+    if (c != ' ') eq += c;
+  if (eq.find('.') != std::string::npos) return std::nullopt;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms(1);
+  for (char c : lhs) {
+    if (c == ',') terms.emplace_back();
+    else terms.back() += c;
+  }
+  if (terms.size() != n.inputs.size()) return std::nullopt;
+  std::map<char, Dim> dim_of;
+  std::map<char, int> count;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const Value* v = n.inputs[t] >= 0 ? &g.values[n.inputs[t]] : nullptr;
+    if (!v || !v->shape || v->shape->size() != terms[t].size()) return std::nullopt;
+    for (size_t i = 0; i < terms[t].size(); ++i) {
+      const char c = terms[t][i];
+      if (!std::isalpha(static_cast<unsigned char>(c))) return std::nullopt;
+      const Dim& d = (*v->shape)[i];
+      ++count[c];
+      auto [it, fresh] = dim_of.try_emplace(c, d);
+      if (!fresh && !(it->second == d)) return std::nullopt;
+    }
+  }
+  std::string out_letters;
+  if (arrow != std::string::npos) {
+    out_letters = eq.substr(arrow + 2);
+  } else {
+    for (const auto& [c, k] : count)  // implicit output: letters seen once, in alphabetical order
+      if (k == 1) out_letters += c;
+  }
+  Dims out;
+  for (char c : out_letters) {
+    auto it = dim_of.find(c);
+    if (it == dim_of.end()) return std::nullopt;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
   const std::string& op = n.op_type;
   auto in = [&](size_t i) -> Value* { return i < n.inputs.size() && n.inputs[i] >= 0 ? &g.values[n.inputs[i]] : nullptr; };
@@ -510,6 +557,12 @@ bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
       o[axis] = Dim::known((*sizes)[i]);
       set_out(g, n, i, x->dtype, o);
     }
+    return true;
+  }
+  if (op == "Einsum" && n.attrs.count("equation")) {
+    auto o = symbolic_einsum(g, n);
+    if (!o) return false;
+    set_out(g, n, 0, x->dtype, o);
     return true;
   }
   if (op == "Slice" && n.inputs.size() >= 3) {

@@ -5,6 +5,8 @@ the fusion must hold for exports it has never seen that use the same exporter pa
   gpt_sep_qkv     GPT-style decoder: separate q/k/v Linear, KV cache [B,H,past,Dh] torch.cat on dim 2,
                   a registered 2-D bool causal buffer sliced mask[past:past+seq, :past+seq] and applied
                   with masked_fill(~mask, -inf), the scale as a Mul by a Python float after QK^T.
+  rotary_runtime_mask  Llama-style rotary q/k (torch.outer -> Einsum over symbolic positions) and a causal
+                  mask built at run time (full(-inf).triu(past+1)) added to the scores.
   mha_batch_first nn.MultiheadAttention(batch_first=True) in a custom pre-LN encoder, dynamic batch and
                   sequence.
   gpt_lookahead   gpt_sep_qkv with tril(diagonal=1): a mask that looks like the causal one but is not.
@@ -129,6 +131,87 @@ class GptLookahead(GptSepQKV):
         return SepQKVDecoder(diagonal=1).eval()
 
 
+# ---- rotary_runtime_mask -------------------------------------------------------------------------------
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class RotaryAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x, past_k, past_v):
+        b, n, _ = x.shape
+        past = past_k.shape[2]
+        q, k, v = (f(x).view(b, n, self.heads, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v))
+        angles = torch.outer(torch.arange(past, past + n).float(), self.inv_freq)
+        emb = torch.cat((angles, angles), dim=-1)
+        q = q * emb.cos() + rotate_half(q) * emb.sin()
+        k = k * emb.cos() + rotate_half(k) * emb.sin()
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        mask = torch.full((n, past + n), float("-inf")).triu(past + 1)
+        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim) + mask
+        out = scores.softmax(-1) @ v
+        return self.o(out.transpose(1, 2).reshape(b, n, -1)), k, v
+
+
+class RotaryDecoder(nn.Module):
+    def __init__(self, layers=2, dim=32, heads=2):
+        super().__init__()
+        self.attn = nn.ModuleList([RotaryAttention(dim, heads) for _ in range(layers)])
+
+    def forward(self, x, *cache):
+        out = []
+        for i, attn in enumerate(self.attn):
+            y, k, v = attn(x, cache[2 * i], cache[2 * i + 1])
+            x = x + y
+            out += [k, v]
+        return (x, *out)
+
+
+class RotaryRuntimeMask:
+    """Llama-style: rotary q/k from positions arange(past, past+seq) (torch.outer exports an Einsum),
+    a causal mask built at run time (full(-inf).triu(past+1)) and added to the scores."""
+    DIM, HEADS, HEAD_DIM = 32, 2, 16
+    INPUTS = ["x"] + [f"past_{kv}{i}" for i in range(2) for kv in "kv"]
+    OUTPUTS = ["y"] + [f"present_{kv}{i}" for i in range(2) for kv in "kv"]
+    DYNAMIC_AXES = {"x": {1: "seq"}, "y": {1: "seq"},
+                    **{n: {2: "past"} for n in INPUTS[1:]}, **{n: {2: "total"} for n in OUTPUTS[1:]}}
+    CASES = {"prefill": [dict(seq=1, past=0), dict(seq=7, past=0), dict(seq=32, past=0)],
+             "decode": [dict(seq=1, past=1), dict(seq=1, past=300), dict(seq=1, past=512)]}
+
+    @staticmethod
+    def build():
+        torch.manual_seed(14)
+        return RotaryDecoder().eval()
+
+    @classmethod
+    def make_inputs(cls, seq, past, seed=0):
+        rng = np.random.RandomState(seed + 3 * seq + past)
+        x = {"x": rng.standard_normal((1, seq, cls.DIM)).astype(np.float32)}
+        for n in cls.INPUTS[1:]:
+            x[n] = rng.standard_normal((1, cls.HEADS, past, cls.HEAD_DIM)).astype(np.float32)
+        return x
+
+    @staticmethod
+    def config(onnx_path, engine_path):
+        return f"""model: {onnx_path}
+output: {engine_path}
+profiles:
+  prefill:
+    dims: {{seq: {{min: 1, opt: 8, max: 32}}, past: 0}}
+  decode:
+    dims: {{seq: 1, past: {{min: 1, opt: 64, max: 512}}}}
+fusions: {{attention: required}}
+"""
+
+
 # ---- mha_batch_first -----------------------------------------------------------------------------------
 
 class MhaEncoder(nn.Module):
@@ -238,8 +321,8 @@ inputs:
 """
 
 
-VARIANTS = {"gpt_sep_qkv": GptSepQKV, "gpt_lookahead": GptLookahead, "mha_batch_first": MhaBatchFirst,
-            "scaled_q_bsd": ScaledQBsd}
+VARIANTS = {"gpt_sep_qkv": GptSepQKV, "gpt_lookahead": GptLookahead, "rotary_runtime_mask": RotaryRuntimeMask,
+            "mha_batch_first": MhaBatchFirst, "scaled_q_bsd": ScaledQBsd}
 
 
 def export(name, out_path):

@@ -9,10 +9,11 @@ Models (small sizes):
   gpt2  tests/e2e/configs/gpt2_fusion_small.yaml: prefill (seq 1..128, past 0) and decode (seq 1,
         past 1..1024); 2 fused layers per profile; cases from `export_models.py --case`.
   vit   tests/e2e/configs/vit_small.yaml: batch 1..2; 2 fused layers.
-  gpt_sep_qkv, gpt_lookahead, mha_batch_first, scaled_q_bsd: tests/e2e/attention_variants.py, attention
-        written with other module code (separate q/k/v and a 2-D causal buffer; the same with a
-        look-ahead buffer that must not pass for causal; nn.MultiheadAttention batch_first; a q scaled
-        by Mul with an additive padding mask); references from PyTorch in this process.
+  gpt_sep_qkv, gpt_lookahead, rotary_runtime_mask, mha_batch_first, scaled_q_bsd:
+        tests/e2e/attention_variants.py, attention written with other module code (separate q/k/v and
+        a 2-D causal buffer; the same with a look-ahead buffer that must not pass for causal; rotary
+        q/k with a causal mask built at run time; nn.MultiheadAttention batch_first; a q scaled by
+        Mul with an additive padding mask); references from PyTorch in this process.
 Checks per model: the build succeeds; the report lists, per profile, as many fused sites as the model
 has layers, none unfused, each site naming the nodes it replaced (its Softmax among them); engine-run
 --profile at shapes across each range (min, between, max) matches PyTorch (atol 1e-4, rtol 1e-3).

@@ -342,5 +342,27 @@ TEST(SymbolicShapes, RangeAndSliceWithSymbolicBounds) {
   }
 }
 
+// torch.outer(positions, inv_freq) exports Einsum "i,j->ij": the symbolic length carries through.
+TEST(SymbolicShapes, EinsumKeepsSymbolicDims) {
+  for (auto [eq, want] : {std::pair<std::string, std::string>{"i,j->ij", "[S, 8]"}, {"i, j", "[S, 8]"}, {"i,j->ji", "[8, S]"}}) {
+    OnnxModelBuilder b;
+    b.input("a", DType::kFloat32, {std::string("S")});
+    b.input("c", DType::kFloat32, {int64_t{8}});
+    auto& n = b.node("Einsum", {"a", "c"}, {"o"}, "einsum");
+    auto* at = n.add_attribute();
+    at->set_name("equation");
+    at->set_type(onnx::AttributeProto::STRING);
+    at->set_s(eq);
+    b.output("o");
+    auto g = b.import();
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    PassContext ctx;
+    ASSERT_TRUE(run_pass_pipeline(*g, ctx).ok());
+    const Value& o = g->values[g->find_value("o")];
+    ASSERT_TRUE(o.shape) << eq;
+    EXPECT_EQ(sym_shape_str(*o.shape), want) << eq;
+  }
+}
+
 }  // namespace
 }  // namespace kiln
