@@ -1,5 +1,7 @@
 #include "builder/profile_builder.h"
 
+#include <algorithm>
+
 #include "builder/build_plan.h"
 #include "builder/passes/pass.h"
 
@@ -131,6 +133,17 @@ StatusOr<std::shared_ptr<Plan>> build_profile_plan(const Graph& g, const Resolve
   PassContext ctx;
   ctx.disabled = disabled_passes;
   ctx.attention_required = attention_required;
+  // Each ranged symbol's range, from the inputs that carry it (dims: or shapes:).
+  for (int id : g.inputs) {
+    const Value& v = g.values[id];
+    const InputRange& r = p.inputs.at(v.name);
+    for (size_t d = 0; v.shape && d < v.shape->size() && static_cast<int>(d) < r.min.rank(); ++d) {
+      const Dim& decl = (*v.shape)[d];
+      if (!decl.is_symbol() || r.min[d] == r.max[d]) continue;
+      auto [it, fresh] = ctx.dim_ranges.try_emplace(decl.symbol, r.min[d], r.max[d]);
+      if (!fresh) it->second = {std::max(it->second.first, r.min[d]), std::min(it->second.second, r.max[d])};
+    }
+  }
   KILN_RETURN_IF_ERROR(run_pass_pipeline(copy, ctx).with_context("profile '" + p.name + "'"));
   if (log) *log = ctx.log;
   if (sites) *sites = ctx.attention_sites;

@@ -195,7 +195,7 @@ Status topo_sort(Graph& g) {
 }  // namespace
 
 Status attention_fusion(Graph& g, PassContext& ctx) {
-  Matcher m(g);
+  Matcher m(g, ctx.dim_ranges);
   bool changed = false;
   const size_t original = g.nodes.size();
   for (size_t i = 0; i < original; ++i) {

@@ -169,7 +169,8 @@ class SiteMatcher {
     if (n->inputs.size() != 2) fail("malformed " + g_.describe_node(*n));
     auto c1 = m_.scalar(n->inputs[1]);
     if (n->op_type == "Div") {
-      if (!c1 || *c1 == 0) fail(g_.describe_node(*n) + " does not divide by a constant scalar");
+      if (!c1) fail(g_.describe_node(*n) + " does not divide by a constant scalar: " + m_.scalar_blocker(n->inputs[1]));
+      if (*c1 == 0) fail(g_.describe_node(*n) + " divides by 0");
       f.scale /= *c1;
       take(f, n);
       return n->inputs[0];
@@ -185,7 +186,8 @@ class SiteMatcher {
       take(f, n);
       return n->inputs[1];
     }
-    fail(g_.describe_node(*n) + " does not multiply by a constant scalar");
+    fail(g_.describe_node(*n) + " does not multiply by a constant scalar" +
+         (c0 || c1 ? std::string(" (both operands are numbers)") : ": " + m_.scalar_blocker(n->inputs[1])));
   }
 
   // q or k scaled before the MatMul (nn.MultiheadAttention divides q).
@@ -491,15 +493,35 @@ class SiteMatcher {
       }
       v = n->inputs[0];
     }
+    // The buffer: [N, N] or with leading 1s ([1, 1, N, N] as GPT-2 registers it).
     const Value& bias = g_.values[v];
-    if (!bias.is_constant() || bias.constant.shape().rank() != 4 || bounds.size() != 2) return false;
+    if (!bias.is_constant() || bias.constant.shape().rank() < 2 || bounds.size() != 2) return false;
     const Shape& bs = bias.constant.shape();
-    if (bs[0] != 1 || bs[1] != 1 || !bounds.count(2) || !bounds.count(3) || !is_tril_ones(bias)) return false;
-    auto [rs, re] = bounds[2];
-    auto [cs, ce] = bounds[3];
+    const int br = bs.rank();
+    for (int i = 0; i < br - 2; ++i)
+      if (bs[i] != 1) return false;
+    if (!bounds.count(br - 2) || !bounds.count(br - 1) || !is_tril_ones(bias)) return false;
+    auto [rs, re] = bounds[br - 2];
+    auto [cs, ce] = bounds[br - 1];
     auto zero = m_.dims_value(cs);
-    return is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 &&
-           (*zero)[0].is_known() && (*zero)[0].value == 0 && is_len(ce, sk, 1);
+    if (!(is_len(rs, sub_dim(sk, sq), -1) && is_len(re, sk, 1) && zero && zero->size() == 1 && (*zero)[0].is_known() &&
+          (*zero)[0].value == 0 && is_len(ce, sk, 1)))
+      return why("the slice of the lower-triangular buffer is not provably [Sk-Sq : Sk, 0 : Sk] (Sq " + sq.str() + ", Sk " +
+                 sk.str() + ")");
+    // The slice is exact only while it stays inside the buffer (Slice clamps silently) and starts at
+    // a row >= 0: for every shape of the profile, Sq <= Sk <= the buffer's rows and columns.
+    const auto sk_b = dim_bounds(sk, m_.ranges_), start_b = dim_bounds(sub_dim(sk, sq), m_.ranges_);
+    const int64_t room = std::min(bs[br - 2], bs[br - 1]);
+    if (!sk_b || sk_b->second > room)
+      return why("key length " + sk.str() + (sk_b && sk_b->second != kUnbounded ? " reaches " + std::to_string(sk_b->second) : " is not bounded") +
+                 " in this profile but the causal buffer has " + std::to_string(room) + " positions");
+    if (!start_b || start_b->first < 0) return why("Sk - Sq = " + sub_dim(sk, sq).str() + " is not provably >= 0");
+    return true;
+  }
+
+  bool why(const std::string& r) {
+    causal_why_ = r;
+    return false;
   }
 
   // Whether one-element `v` is `expect` (by value, or symbolically as the exporter computes it:
@@ -551,7 +573,9 @@ class SiteMatcher {
       if (!seen.insert(v).second) continue;
       Node* n = m_.producer(v);
       if (!n) continue;
-      if (core.count(m_.index_of(n))) fail("an input of the attention is computed from the attention itself (" + vname(v) + ")");
+      if (core.count(m_.index_of(n)))
+        fail("an input of the attention is computed from the attention itself (" + vname(v) + ")" +
+             (causal_why_.empty() ? "" : "; the mask is not proven causal: " + causal_why_));
       for (int i : n->inputs)
         if (i >= 0) stack.push_back(i);
     }
@@ -561,6 +585,7 @@ class SiteMatcher {
   Graph& g_;
   Node& sm_;
   bool f_layout_bhsd_ = false, seq_first_ = false;
+  std::string causal_why_;  // why a bool mask is not proven causal, for the report
   int q4_ = -1, q3_ = -1, k_total_ = -1, v_total_ = -1;
 };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "builder/passes/pass.h"
+#include "builder/passes/sym_linear.h"
 
 namespace kiln {
 namespace attention_fusion_detail {
@@ -37,7 +38,7 @@ struct Fused {
 
 class Matcher {
  public:
-  explicit Matcher(Graph& g) : g_(g) { refresh(); }
+  Matcher(Graph& g, const DimRanges& ranges) : g_(g), ranges_(ranges) { refresh(); }
 
   void refresh();
 
@@ -88,11 +89,14 @@ class Matcher {
   // The value of a scalar computed from constants and known dims (e.g. GPT-2's
   // Pow(Cast(Shape(v)[-1]), 0.5)); nullopt when it is not provably one number.
   std::optional<double> scalar(int v, int depth = 0);
+  // Why scalar(v) fails, naming the operand (e.g. a dim that is symbolic in this profile).
+  std::string scalar_blocker(int v, int depth = 0);
 
   // Elements of a small integer operand (a reshape target, slice bounds), possibly symbolic.
   std::optional<std::vector<Dim>> dims_value(int v);
 
   Graph& g_;
+  const DimRanges& ranges_;  // the profile's ranged symbols
   std::map<int, std::optional<SymShape>> derived_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> is_output_;

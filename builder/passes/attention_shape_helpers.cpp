@@ -6,6 +6,7 @@
 #include <set>
 
 #include "builder/passes/attention_patterns.h"
+#include "builder/passes/sym_linear.h"
 
 namespace kiln {
 namespace attention_fusion_detail {
@@ -260,6 +261,32 @@ std::optional<double> Matcher::scalar(int v, int depth) {
   return std::nullopt;
 }
 
+// Why scalar(v) is not one number, for the report: the first operand on the way that is not.
+std::string Matcher::scalar_blocker(int v, int depth) {
+  if (v < 0) return "an absent input";
+  const Value& val = g_.values[v];
+  const std::string name = "'" + val.name + "'";
+  if (scalar(v, depth)) return name + " is a number";
+  if (depth > 12) return name + " is computed by too long a chain";
+  if (val.is_constant()) return name + " has " + std::to_string(val.constant.numel()) + " elements";
+  Node* n = producer(v);
+  if (!n) return name + " is a graph input";
+  const std::string& op = n->op_type;
+  if (!n->domain.empty()) return name + " is computed by " + g_.describe_node(*n);
+  if (op == "Cast" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity" || op == "Reshape" || op == "Sqrt")
+    return n->inputs.empty() ? name + " is malformed" : scalar_blocker(n->inputs[0], depth + 1);
+  if (op == "Slice" || op == "Gather") {
+    auto d = dim_ref(v);
+    if (!d) return name + " is not one dim of a Shape";
+    return name + " is dim " + std::to_string(d->second) + " (" + dim(d->first, d->second).str() + ") of '" +
+           g_.values[d->first].name + "', which is not one size in this profile";
+  }
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow")
+    for (int i : n->inputs)
+      if (!scalar(i, depth + 1)) return scalar_blocker(i, depth + 1);
+  return name + " is computed by " + g_.describe_node(*n);
+}
+
 // Elements of a small integer operand (a reshape target, slice bounds), possibly symbolic.
 std::optional<std::vector<Dim>> Matcher::dims_value(int v) {
   if (v < 0) return std::nullopt;
@@ -275,14 +302,8 @@ std::optional<std::vector<Dim>> Matcher::dims_value(int v) {
 
 bool same_dim(const Dim& a, const Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
 
-// Mirrors shape inference's naming of a symbolic difference, so a slice start computed by the
-// exporter's Shape arithmetic compares equal to key_len - query_len.
-Dim sub_dim(const Dim& a, const Dim& b) {
-  if (a.is_known() && b.is_known()) return a.value >= b.value ? Dim::known(a.value - b.value) : Dim{};
-  if (a.str() == "?" || b.str() == "?") return Dim{};
-  if (b.is_known() && b.value == 0) return a;
-  return Dim::sym("(" + a.str() + "-" + b.str() + ")");
-}
+// The exporter's Shape arithmetic names the difference the way shape inference does (sym_linear).
+Dim sub_dim(const Dim& a, const Dim& b) { return linear_add(a, b, -1); }
 
 }  // namespace attention_fusion_detail
 }  // namespace kiln

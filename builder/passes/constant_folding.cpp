@@ -37,7 +37,7 @@ bool fold_shape_query(Graph& g, Node& n) {
 Status constant_folding(Graph& g, PassContext& ctx) {
   for (auto& n : g.nodes) {
     if (n.removed) continue;
-    infer_node(g, n);
+    infer_node(g, n, ctx.dim_ranges);
     if (fold_shape_query(g, n)) {
       n.removed = true;
       ctx.log.push_back("constant_folding: folded " + g.describe_node(n));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "builder/graph.h"
+#include "builder/passes/sym_linear.h"
 
 namespace kiln {
 
@@ -24,6 +25,7 @@ struct PassContext {
   int64_t max_folded_bytes = 64 << 20;  // constant folding never materializes a bigger tensor
   std::vector<AttentionSite> attention_sites;  // filled by attention_fusion, for build reports
   bool attention_required = false;   // an attention site left unfused is an error
+  DimRanges dim_ranges;              // a profile's ranged symbols: what passes may prove for all of them
 };
 
 struct Pass {
@@ -47,7 +49,8 @@ Status dead_node_elimination(Graph& g, PassContext& ctx);
 
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from
 // what is known of its inputs. Never fails: what cannot be inferred stays unknown.
-void infer_node(Graph& g, Node& n);
+// `ranges` (a profile's ranged symbols) lets Slice with symbolic bounds get a symbolic size.
+void infer_node(Graph& g, Node& n, const DimRanges& ranges = DimRanges{});
 // Like infer_node, but returns the kernel's error when the node's (concrete) input shapes are
 // incompatible: used to check optimization profiles against the graph.
 Status check_node_shapes(Graph& g, Node& n);

@@ -3,9 +3,8 @@
 namespace kiln {
 
 Status shape_inference(Graph& g, PassContext& ctx) {
-  (void)ctx;
   for (auto& n : g.nodes)
-    if (!n.removed) infer_node(g, n);
+    if (!n.removed) infer_node(g, n, ctx.dim_ranges);
   return Status::Ok();
 }
 
