@@ -4,6 +4,7 @@
 //                         [--profile-layers TRACE.json] [--disable-pass NAME ...]
 //   engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
 //                     [--profile-layers TRACE.json]
+//   engine-run ENGINE --stream DIR [--output-dir OUT]
 //   engine-run --inspect ENGINE
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
 // --profile-layers: one more run, separate from the timed ones, with per-step timing, written as a
@@ -26,6 +27,7 @@
 #include "runtime/execution_context.h"
 #include "tools/npy_io.h"
 #include "tools/omp_wait_policy.h"
+#include "tools/stream_run.h"
 
 namespace kiln {
 namespace {
@@ -35,9 +37,11 @@ constexpr const char* kUsage =
     "[--profile-layers TRACE.json] [--disable-pass NAME ...]\n"
     "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
     "[--profile-layers TRACE.json]\n"
+    "       engine-run ENGINE --stream DIR [--output-dir OUT]\n"
     "       engine-run --inspect ENGINE\n"
     "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
-    "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n";
+    "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n"
+    "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n";
 
 struct Args {
   std::string model;
@@ -48,6 +52,7 @@ struct Args {
   std::set<std::string> disabled_passes;
   std::string profile;
   std::string profile_layers;  // Chrome trace output
+  std::string stream;          // folder of per-step input folders
   bool inspect = false;
 };
 
@@ -64,6 +69,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--json") { KILN_ASSIGN_OR_RETURN(a.json, need("--json")); }
     else if (s == "--profile") { KILN_ASSIGN_OR_RETURN(a.profile, need("--profile")); }
     else if (s == "--profile-layers") { KILN_ASSIGN_OR_RETURN(a.profile_layers, need("--profile-layers")); }
+    else if (s == "--stream") { KILN_ASSIGN_OR_RETURN(a.stream, need("--stream")); }
     else if (s == "--inspect") a.inspect = true;
     else if (s == "--disable-pass") { KILN_ASSIGN_OR_RETURN(std::string v, need("--disable-pass")); a.disabled_passes.insert(v); }
     else if (s == "--iterations") {
@@ -85,6 +91,11 @@ StatusOr<Args> parse_args(int argc, char** argv) {
   }
   if (a.model.empty()) return InvalidArgument(a.inspect ? "--inspect needs an engine file" : "no model given");
   if (a.inspect) return a;
+  if (!a.stream.empty()) {
+    if (!a.inputs.empty() || a.iterations || !a.profile.empty() || !a.profile_layers.empty())
+      return InvalidArgument("--stream takes its inputs from its folders; it combines only with --output-dir");
+    return a;
+  }
   if (a.output_dir.empty() && a.iterations == 0 && a.profile_layers.empty())
     return InvalidArgument("--output-dir is required (or --iterations / --profile-layers to only time)");
   return a;
@@ -195,6 +206,7 @@ Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs)
 
 Status run(const Args& args) {
   if (args.inspect) return inspect(args.model);
+  if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir);
   std::map<std::string, Tensor> inputs;
   for (const auto& spec : args.inputs) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
