@@ -1,8 +1,10 @@
 // FusedMatMul: a kiln-internal op written by builder/passes/matmul_epilogue_fusion.cpp for
 //   Y = act(A x W + bias) + residual
-// with A:[batch..., M, K] float32, W:[K, N] a constant of the plan, bias (optional) N floats laid
-// out as [..., 1, N], act "none" | "gelu_erf" | "gelu_tanh", residual (optional) of Y's shape.
-// Inputs: A, W, bias (may be absent), residual. Attribute: activation (string, default "none").
+// with A:[batch..., M, K] (or [K]) float32, W:[K, N] a constant of the plan, bias (optional) N
+// floats laid out as [..., 1, N], act "none" | "gelu_erf" | "gelu_tanh", and residual (optional)
+// added with numpy broadcasting exactly like the Add it replaces (the pass cannot always see
+// shapes, so Y takes the broadcast shape; only the common case, a residual of the matmul's own
+// shape, runs on oneDNN). Inputs: A, W, bias (may be absent), residual. Attribute: activation.
 //
 // The oneDNN kernels run it as ONE matmul primitive: the bias is the primitive's bias, GELU an
 // eltwise post-op and the residual a binary_add post-op. W is reordered once into oneDNN's blocked
@@ -40,39 +42,57 @@ class FusedMatMulReference final : public Kernel {
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     KILN_RETURN_IF_ERROR(check_input_count(in, 2, 4));
     if (in[0].dtype != DType::kFloat32) return Unimplemented("input 0 dtype " + dtype_name(in[0].dtype) + " is not supported");
-    if (in[0].shape.rank() < 2) return InvalidArgument("input 0 must have rank >= 2, got shape " + in[0].shape.str());
     if (in[1].shape.rank() != 2) return InvalidArgument("input 1 (weights) must be 2-D, got shape " + in[1].shape.str());
     KILN_RETURN_IF_ERROR(matmul_->infer(in.subspan(0, 2), out));
-    const Shape& y = out[0].shape;
-    const int64_t N = y[y.rank() - 1];
+    const Shape y = out[0].shape;
+    const int64_t N = in[1].shape[1];
     if (in.size() > 2 && in[2].present()) {
       const Shape& b = in[2].shape;
       if (in[2].dtype != DType::kFloat32 || b.numel() != N || b.rank() > y.rank() || (b.rank() > 0 && b[b.rank() - 1] != N))
         return InvalidArgument("input 2 (bias) must be float32 with " + std::to_string(N) + " elements along the last dim, got " +
                                dtype_name(in[2].dtype) + " " + b.str());
     }
-    if (in.size() > 3 && in[3].present() && (in[3].dtype != DType::kFloat32 || in[3].shape != y))
-      return InvalidArgument("input 3 (residual) must be float32 of the output shape " + y.str() + ", got " +
-                             dtype_name(in[3].dtype) + " " + in[3].shape.str());
+    if (in.size() > 3 && in[3].present()) {
+      if (in[3].dtype != DType::kFloat32)
+        return InvalidArgument("input 3 (residual) must be float32, got " + dtype_name(in[3].dtype));
+      auto b = broadcast_shapes(y, in[3].shape);
+      if (!b.ok()) return InvalidArgument("input 3 (residual): " + b.status().message());
+      out[0].shape = *b;
+    }
     return Status::Ok();
   }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    return matmul_->prepare(in.subspan(0, 2), out);
+    std::vector<TensorDesc> mm(1);
+    KILN_RETURN_IF_ERROR(matmul_->infer(in.subspan(0, 2), mm));
+    mm_shape_ = mm[0].shape;
+    // A residual that broadcasts the output larger than the matmul: the matmul goes to a buffer.
+    mm_buffer_ = Tensor();
+    if (mm_shape_ != out[0].shape) {
+      KILN_ASSIGN_OR_RETURN(mm_buffer_, Tensor::try_zeros(DType::kFloat32, mm_shape_, "FusedMatMul product"));
+    }
+    const TensorView mm_view = mm_buffer_.empty() ? out[0] : mm_buffer_.view();
+    return matmul_->prepare(in.subspan(0, 2), std::span<const TensorView>(&mm_view, 1));
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    KILN_RETURN_IF_ERROR(matmul_->run(in.subspan(0, 2), out));
-    const int64_t total = out[0].numel();
-    if (total == 0) return Status::Ok();
-    const int64_t N = out[0].shape[out[0].shape.rank() - 1];
+    const TensorView mm_view = mm_buffer_.empty() ? out[0] : mm_buffer_.view();
+    KILN_RETURN_IF_ERROR(matmul_->run(in.subspan(0, 2), std::span<const TensorView>(&mm_view, 1)));
+    const Shape& ys = out[0].shape;
+    if (ys.numel() == 0) return Status::Ok();
+    const bool has_res = in.size() > 3 && in[3].present();
+    const int64_t N = in[1].shape[1];
     const float* bias = in.size() > 2 && in[2].present() ? in[2].as<float>() : nullptr;
-    const float* res = in.size() > 3 && in[3].present() ? in[3].as<float>() : nullptr;
+    const Shape strides[2] = {broadcast_strides(mm_shape_, ys), has_res ? broadcast_strides(in[3].shape, ys) : Shape()};
+    const float* mm = mm_view.as<float>();
+    const float* res = has_res ? in[3].as<float>() : nullptr;
     float* y = out[0].as<float>();
-    for (int64_t i = 0; i < total; ++i) {
-      double v = y[i];
-      if (bias) v += bias[i % N];
+    // In place when the product is the output: element i reads mm[i] before writing y[i].
+    int64_t i = 0;
+    for (BroadcastIter it(ys, strides, has_res ? 2 : 1); !it.done(); it.next(), ++i) {
+      double v = mm[it.off[0]];
+      if (bias) v += bias[it.off[0] % N];
       if (act_ == Activation::kGeluErf) v = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
       if (act_ == Activation::kGeluTanh) v = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-      if (res) v += res[i];
+      if (res) v += res[it.off[1]];
       y[i] = static_cast<float>(v);
     }
     return Status::Ok();
@@ -81,6 +101,8 @@ class FusedMatMulReference final : public Kernel {
  private:
   std::unique_ptr<Kernel> matmul_;
   Activation act_;
+  Shape mm_shape_;
+  Tensor mm_buffer_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_reference_fused(const KernelArgs& args, AttrReader& attrs, Activation* act) {
@@ -107,6 +129,9 @@ class OnednnFusedMatMulKernel final : public OnednnKernel {
     const int64_t K = in[1].shape[0], N = in[1].shape[1];
     const int64_t M = K > 0 ? a.numel() / K : 0;
     if (M == 0 || N == 0 || K == 0) return false;
+    // A residual that broadcasts runs on the reference (the exported residual never does).
+    if (in.size() > 3 && in[3].present() && in[3].shape != out[0].shape) return false;
+    if (out[0].numel() != M * N) return false;
     const auto f32 = memory::data_type::f32;
     const auto cdt = bf16_ ? memory::data_type::bf16 : f32;
     const memory::desc a_md({M, K}, f32, tag::ab), a_cmd({M, K}, cdt, tag::ab);
