@@ -110,15 +110,19 @@ bool host_has_bf16() {
 
 // Switches every step that has a bf16 kernel to it and returns the op types left in fp32. Attention
 // plugins get their "precision" field set only when they declare one (their fields, defaults
-// included, are what the step saved).
-std::set<std::string> lower_to_bf16(Plan& plan) {
+// included, are what the step saved); *plugins_changed tells the caller to configure them again.
+std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
   const KernelRegistry& reg = KernelRegistry::builtin();
   std::set<std::string> fp32_ops;
   for (auto& step : plan.steps) {
     if (!step.domain.empty()) {
       auto it = step.attrs.find("precision");
-      if (it != step.attrs.end() && it->second.kind == Attribute::Kind::kString) it->second.s = "bf16";
-      else fp32_ops.insert(step.domain + "::" + step.op_type);
+      if (it != step.attrs.end() && it->second.kind == Attribute::Kind::kString) {
+        *plugins_changed |= it->second.s != "bf16";
+        it->second.s = "bf16";
+      } else {
+        fp32_ops.insert(step.domain + "::" + step.op_type);
+      }
       continue;
     }
     bool has_bf16 = false;
@@ -189,7 +193,11 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     if (bf16) {
       // The fp32 plan stays in memory as the reference engine-build's report measures bf16 against.
       bp.fp32_plan = std::make_shared<Plan>(*bp.plan);
-      const std::set<std::string> fp32_ops = lower_to_bf16(*bp.plan);
+      bool plugins_changed = false;
+      const std::set<std::string> fp32_ops = lower_to_bf16(*bp.plan, &plugins_changed);
+      // A plugin may size its tiles or workspace by precision in configure().
+      if (plugins_changed) st = configure_plugins(graph, *resolved, disabled, *bp.plan);
+      if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
       if (!fp32_ops.empty()) {
         std::string list;
         for (const auto& op : fp32_ops) list += (list.empty() ? "" : ", ") + op;

@@ -14,6 +14,7 @@
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
 #include "onnx_model_builder.h"
+#include "plugins/plugin_registry.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
@@ -106,10 +107,58 @@ TEST(Bf16Kernels, MatMulGemmConvMatchFp32Reference) {
                5 * 9, "3x3 stride 2");
 }
 
-// y = GELU(x @ w1 + b1) @ w2 + b2 + x, written to disk for build_engine.
+// y = x (a stand-in for kiln::Attention) with a "precision" field, which the builder sets to bf16
+// for precision: bf16; configure() records the precision it saw.
+std::string configured_precision;
+class PrecisionRun final : public PluginRun {
+ public:
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) noexcept override {
+    out[0] = in[0].desc();
+    return Status::Ok();
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out, void*) noexcept override {
+    for (int64_t i = 0; i < in[0].numel(); ++i) out[0].as<float>()[i] = in[0].as<const float>()[i];
+    return Status::Ok();
+  }
+};
+class PrecisionBuild final : public PluginBuild {
+ public:
+  explicit PrecisionBuild(std::string precision) : precision_(std::move(precision)) {}
+  int num_outputs() const noexcept override { return 1; }
+  bool supports(std::span<const DType> d) const noexcept override { return d.size() == 1 && d[0] == DType::kFloat32; }
+  Status infer(std::span<const TensorDesc> in, std::span<TensorDesc> out) const noexcept override {
+    out[0] = in[0];
+    return Status::Ok();
+  }
+  Status configure(std::span<const PluginInputRange>) noexcept override {
+    configured_precision = precision_;
+    return Status::Ok();
+  }
+  AttrMap fields() const noexcept override { return {{"precision", Attribute::String(precision_)}}; }
+  StatusOr<std::unique_ptr<PluginRun>> create_run() const noexcept override { return std::unique_ptr<PluginRun>(new PrecisionRun); }
+
+ private:
+  std::string precision_;
+};
+class PrecisionCreator final : public PluginCreator {
+ public:
+  const char* name() const noexcept override { return "Copy"; }
+  const char* plugin_namespace() const noexcept override { return "kiln_bf16_test"; }
+  const char* version() const noexcept override { return "1"; }
+  std::vector<PluginFieldSpec> field_specs() const noexcept override { return {{"precision", Attribute::Kind::kString, false}}; }
+  StatusOr<std::unique_ptr<PluginBuild>> create(const AttrMap& fields) const noexcept override {
+    auto it = fields.find("precision");
+    return std::unique_ptr<PluginBuild>(new PrecisionBuild(it == fields.end() ? "fp32" : it->second.s));
+  }
+};
+
+// y = Copy(Relu(x @ w1 + b1) @ w2 + b2 + x), written to disk for build_engine.
 struct TempModel {
   std::filesystem::path dir;
   TempModel() {
+    static PrecisionCreator creator;
+    static const bool registered = PluginRegistry::global().add(&creator, "bf16_test").ok();
+    EXPECT_TRUE(registered);
     dir = std::filesystem::temp_directory_path() / ("kiln_bf16_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     testing::OnnxModelBuilder b;
@@ -129,7 +178,8 @@ struct TempModel {
     b.node("Relu", {"hb"}, {"r"}, "relu");
     b.node("MatMul", {"r", "w2"}, {"o"}, "fc2");
     b.node("Add", {"o", "b2"}, {"ob"}, "fc2_bias");
-    b.node("Add", {"ob", "x"}, {"y"}, "residual");
+    b.node("Add", {"ob", "x"}, {"s"}, "residual");
+    b.node("Copy", {"s"}, {"y"}, "copy").set_domain("kiln_bf16_test");
     b.output("y");
     std::ofstream f(dir / "m.onnx", std::ios::binary);
     f << b.proto().SerializeAsString();
@@ -178,6 +228,12 @@ TEST(Bf16Engine, RoundTripKeepsBf16KernelsAndStaysCloseToFp32) {
     bf16_steps += s.impl == "onednn_bf16";
   }
   EXPECT_EQ(bf16_steps, 2);
+  // The plugin declares a precision field: bf16 is set, and configure() saw it.
+  for (const auto& s : (*e16)->plan(0)->steps)
+    if (s.op_type == "Copy") EXPECT_EQ(s.attrs.at("precision").s, "bf16");
+  for (const auto& s : (*e32)->plan(0)->steps)
+    if (s.op_type == "Copy") EXPECT_EQ(s.attrs.at("precision").s, "fp32");
+  EXPECT_EQ(configured_precision, "bf16");
   for (const auto& s : (*e32)->plan(0)->steps) EXPECT_NE(s.impl, "onednn_bf16") << s.name;
   const Tensor x = random_f32(Shape{13, 40}, 7);
   const auto y32 = run_engine(**e32, x), y16 = run_engine(**e16, x);
