@@ -1,6 +1,7 @@
 #include "builder/engine_build_job.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -11,10 +12,15 @@
 #include "plugins/plugin_kernel.h"
 #include "plugins/plugin_registry.h"
 #include "runtime/engine_format.h"
+#include "runtime/kernel.h"
 
 namespace kiln {
 
 namespace {
+
+// Ops whose arithmetic bf16 would speed up: named in the fallback warning when they stay fp32
+// (data movement and shape ops are not worth a warning).
+const std::set<std::string> kFloatComputeOps = {"MatMul", "Gemm", "Conv", "FusedMatMul", "ConvTranspose", "Einsum"};
 
 std::string seconds_since(std::chrono::steady_clock::time_point t0) {
   char buf[32];
@@ -95,6 +101,38 @@ Status configure_plugins(const Graph& graph, const ResolvedProfile& rp, const st
   return Status::Ok();
 }
 
+// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
+// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
+bool host_has_bf16() {
+  const char* off = std::getenv("KILN_DISABLE_BF16");
+  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
+}
+
+// Switches every step that has a bf16 kernel to it and returns the op types left in fp32. Attention
+// plugins get their "precision" field set only when they declare one (their fields, defaults
+// included, are what the step saved); *plugins_changed tells the caller to configure them again.
+std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
+  const KernelRegistry& reg = KernelRegistry::builtin();
+  std::set<std::string> fp32_ops;
+  for (auto& step : plan.steps) {
+    if (!step.domain.empty()) {
+      auto it = step.attrs.find("precision");
+      if (it != step.attrs.end() && it->second.kind == Attribute::Kind::kString) {
+        *plugins_changed |= it->second.s != "bf16";
+        it->second.s = "bf16";
+      } else {
+        fp32_ops.insert(step.domain + "::" + step.op_type);
+      }
+      continue;
+    }
+    bool has_bf16 = false;
+    for (const KernelEntry* e : reg.implementations(step.op_type)) has_bf16 |= e->impl == "onednn_bf16";
+    if (has_bf16) step.impl = "onednn_bf16";
+    else if (kFloatComputeOps.count(step.op_type)) fp32_ops.insert(step.op_type);
+  }
+  return fp32_ops;
+}
+
 }  // namespace
 
 StreamingSpec streaming_spec(const BuildConfig& cfg) {
@@ -117,8 +155,9 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   std::error_code ec;
   if (std::filesystem::equivalent(cfg.model, cfg.output, ec))
     return InvalidArgument("output '" + cfg.output + "' is the model file itself; refusing to overwrite it");
-  if (cfg.precision != "fp32")
-    return Unimplemented("precision '" + cfg.precision + "' is not implemented yet (fp32 only)");
+  const bool bf16 = cfg.precision == "bf16" && host_has_bf16();
+  if (cfg.precision == "bf16" && !bf16)
+    progress("warning: precision bf16 needs AVX512_BF16, which this CPU does not have (or KILN_DISABLE_BF16 is set): building fp32");
 
   // Plugin libraries load before the import so the model's custom ops resolve; the engine records
   // their absolute paths and loads them again wherever it is loaded.
@@ -174,6 +213,20 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
       if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
     st = configure_plugins(graph, *resolved, disabled, *bp.plan);
     if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
+    if (bf16) {
+      // The fp32 plan stays in memory as the reference engine-build's report measures bf16 against.
+      bp.fp32_plan = std::make_shared<Plan>(*bp.plan);
+      bool plugins_changed = false;
+      const std::set<std::string> fp32_ops = lower_to_bf16(*bp.plan, &plugins_changed);
+      // A plugin may size its tiles or workspace by precision in configure().
+      if (plugins_changed) st = configure_plugins(graph, *resolved, disabled, *bp.plan);
+      if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
+      if (!fp32_ops.empty()) {
+        std::string list;
+        for (const auto& op : fp32_ops) list += (list.empty() ? "" : ", ") + op;
+        progress(step + "warning: precision bf16: no bf16 kernel for " + list + "; these steps run in fp32");
+      }
+    }
     if (tune) {
       st = tune(*bp.plan, *resolved);
       if (!st.ok()) return st.with_context("profile '" + pc.name + "'");
@@ -186,12 +239,12 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   EngineWriteInput in;
   in.plans = plans;
   in.source_model = std::filesystem::path(cfg.model).filename().string();
-  in.precision = cfg.precision;
+  in.precision = bf16 ? "bf16" : "fp32";
   in.plugin_libraries = plugin_libraries;
   in.has_streaming = cfg.streaming.present;
   if (in.has_streaming) in.streaming = streaming_spec(cfg);
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that.
-  in.required_cpu_features = kCpuAvx2 | kCpuFma;
+  in.required_cpu_features = kCpuAvx2 | kCpuFma | (bf16 ? kCpuAvx512Bf16 : 0);
   auto tw = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(write_engine_file(cfg.output, in, &result.engine_bytes));
   result.engine_path = cfg.output;

@@ -17,6 +17,7 @@ namespace kiln {
 struct BuiltProfile {
   ResolvedProfile profile;
   std::shared_ptr<Plan> plan;
+  std::shared_ptr<Plan> fp32_plan;  // precision bf16 only: the same plan with fp32 kernels, for the error report
   std::vector<std::string> pass_log;
   std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
 };

@@ -94,6 +94,10 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
     const std::string where = "profile '" + pc.profile + "'";
     KILN_ASSIGN_OR_RETURN(auto loaded, engine.create_context(pc.profile));
     KILN_ASSIGN_OR_RETURN(auto in_memory, ExecutionContext::create(bp.plan));
+    std::unique_ptr<ExecutionContext> fp32;
+    if (bp.fp32_plan) {
+      KILN_ASSIGN_OR_RETURN(fp32, ExecutionContext::create(bp.fp32_plan));
+    }
     const std::pair<ResolvedProfile::Point, const char*> points[] = {
         {ResolvedProfile::Point::kMin, "min"}, {ResolvedProfile::Point::kOpt, "opt"}, {ResolvedProfile::Point::kMax, "max"}};
     std::vector<std::map<std::string, Shape>> seen;
@@ -112,7 +116,9 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
       for (const auto& [name, t] : inputs) {
         KILN_RETURN_IF_ERROR(loaded->set_input(name, t.view()).with_context(where));
         KILN_RETURN_IF_ERROR(in_memory->set_input(name, t.view()).with_context(where));
+        if (fp32) KILN_RETURN_IF_ERROR(fp32->set_input(name, t.view()).with_context(where));
       }
+      if (fp32) KILN_RETURN_IF_ERROR(fp32->run().with_context(where + " (fp32 reference plan, " + std::string(label) + ")"));
       KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, " + label + ")"));
       KILN_RETURN_IF_ERROR(in_memory->run().with_context(where + " (built plan, " + label + ")"));
       pc.points.push_back(label);
@@ -120,11 +126,24 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
         KILN_ASSIGN_OR_RETURN(double d, max_abs_diff(loaded->output(o), in_memory->output(o),
                                                      where + " output '" + loaded->output_name(o) + "' at " + label));
         pc.max_abs_diff = std::max(pc.max_abs_diff, d);
+        if (!fp32) continue;
+        const std::string& name = loaded->output_name(o);
+        KILN_ASSIGN_OR_RETURN(double e, max_abs_diff(loaded->output(o), fp32->output(o), where + " output '" + name + "' bf16 vs fp32"));
+        double scale = 0;
+        for (int64_t i = 0; i < fp32->output(o).numel(); ++i) scale = std::max(scale, std::fabs(read_double(fp32->output(o), i)));
+        pc.bf16_max_abs_err[name] = std::max(pc.bf16_max_abs_err[name], e);
+        pc.fp32_max_abs[name] = std::max(pc.fp32_max_abs[name], scale);
       }
     }
     // Same kernels, same inputs: a difference means the engine file did not round-trip.
     if (pc.max_abs_diff > 1e-5)
       return DataLoss(where + ": the loaded engine differs from the built plan by " + fmt(pc.max_abs_diff));
+    for (const auto& [name, e] : pc.bf16_max_abs_err) {
+      const bool ok = e <= kBf16Tolerance * std::max(1.0, pc.fp32_max_abs[name]);
+      pc.bf16_within_tolerance &= ok;
+      progress(where + ": bf16 vs fp32 output '" + name + "': max abs err " + fmt(e) + " (max |fp32| " + fmt(pc.fp32_max_abs[name]) +
+               ")" + (ok ? "" : " OVER the bf16 tolerance"));
+    }
     pc.opt_shapes = bp.profile.shapes_at(ResolvedProfile::Point::kOpt);
     if (benchmark) {
       // A fresh context prepared for the profile (arena for max, kernels for opt), as a user would
@@ -184,6 +203,15 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
     size_t k = 0;
     for (const auto& [name, s] : c.opt_shapes) os << (k++ ? ", " : "") << json_string(name) << ": " << json_shape(s);
     os << "}";
+    if (!c.bf16_max_abs_err.empty()) {
+      os << ", \"bf16_vs_fp32\": {\"tolerance\": " << fmt(kBf16Tolerance) << ", \"within_tolerance\": "
+         << (c.bf16_within_tolerance ? "true" : "false") << ", \"outputs\": {";
+      size_t j = 0;
+      for (const auto& [name, e] : c.bf16_max_abs_err)
+        os << (j++ ? ", " : "") << json_string(name) << ": {\"max_abs_err\": " << fmt(e) << ", \"max_abs_fp32\": "
+           << fmt(c.fp32_max_abs.at(name)) << "}";
+      os << "}}";
+    }
     if (c.benchmarked) {
       os << ", \"latency_ms\": " << latency_json(c.bench.latency) << ", \"iterations\": " << c.bench.latency.iterations
          << ", \"budget_ms\": " << fmt(c.bench.budget_ms) << ", \"within_budget\": " << (c.bench.within_budget ? "true" : "false")

@@ -26,7 +26,14 @@ struct ProfileCheck {
   LayerProfile layers;                 // separate profiling runs after the benchmark (benchmarked only)
   // Counted FLOPs at opt over the p50 latency (0 if not benchmarked).
   double gflops_per_s() const;
+  // precision bf16: per output, the largest |bf16 - fp32| over the validation points, the largest
+  // |fp32| (the scale the tolerance is relative to), and whether every output is within tolerance.
+  std::map<std::string, double> bf16_max_abs_err, fp32_max_abs;
+  bool bf16_within_tolerance = true;
 };
+
+// bf16 outputs may differ from fp32 by this fraction of max(1, max |fp32 output|) (README: bf16).
+constexpr double kBf16Tolerance = 0.02;
 
 // Generates the inputs of `profile` at `shapes`, with the config's generators.
 StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(

@@ -61,7 +61,9 @@ FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::
   if (!step.domain.empty() || in.size() < 2 || out.empty()) return {};
   const std::string& op = step.op_type;
   const TensorView &a = in[0], &w = in[1], &y = out[0];
-  if (op == "MatMul") {
+  // FusedMatMul (matmul_epilogue_fusion) is a MatMul with its bias/GELU/residual epilogue, which
+  // is not counted (elementwise work, like Add).
+  if (op == "MatMul" || op == "FusedMatMul") {
     if (a.shape.rank() == 0) return {};
     return {2.0 * static_cast<double>(a.shape[a.shape.rank() - 1]) * numel(y)};
   }

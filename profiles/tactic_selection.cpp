@@ -120,9 +120,18 @@ const std::string* TimingCache::find(const std::string& key) const {
 StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
                                                      TimingCache& cache, const KernelRegistry& registry) {
   std::vector<TacticDecision> decisions;
+  // Candidates keep the step's precision: precision is the config's choice (bf16 kernels only
+  // where `precision: bf16` put them), tactics only pick among kernels of that precision.
+  auto is_bf16 = [](const std::string& impl) { return impl.find("bf16") != std::string::npos; };
+  auto candidates = [&](const PlanStep& step) {
+    std::vector<const KernelEntry*> out;
+    for (const auto* e : registry.implementations(step.op_type))
+      if (is_bf16(e->impl) == is_bf16(step.impl)) out.push_back(e);
+    return out;
+  };
   std::vector<size_t> candidates_steps;
   for (size_t s = 0; s < plan.steps.size(); ++s)
-    if (plan.steps[s].domain.empty() && registry.implementations(plan.steps[s].op_type).size() > 1) candidates_steps.push_back(s);
+    if (plan.steps[s].domain.empty() && candidates(plan.steps[s]).size() > 1) candidates_steps.push_back(s);
   if (candidates_steps.empty()) return decisions;
 
   // One run at opt gives every step's input shapes.
@@ -144,7 +153,7 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
   for (size_t s : candidates_steps) {
     PlanStep& step = plan.steps[s];
     if (!timeable(plan, step, *ctx)) continue;
-    auto impls = registry.implementations(step.op_type);
+    const auto impls = candidates(step);
     std::string key = step.op_type + "|";
     for (const auto* e : impls) key += e->impl + ",";
     key += "|";

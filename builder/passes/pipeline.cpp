@@ -19,6 +19,11 @@ const std::vector<Pass>& pass_pipeline() {
        "KV-cache Concats) by one kiln::Attention node, which never materializes the score matrix; after folding so "
        "shape-derived operands (reshape targets, scales, causal slices) are constants where shapes allow",
        attention_fusion},
+      {"matmul_epilogue_fusion",
+       "fold the bias Add, GELU and residual Add after each MatMul/Gemm with constant weights into one FusedMatMul "
+       "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
+       "exporter's own nodes, and after folding, which makes weights and GELU's scalars constants",
+       matmul_epilogue_fusion},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };
   return passes;

@@ -63,10 +63,33 @@ class OnednnKernel : public Kernel {
   bool use_ref_ = false;
 };
 
+// Converts an activation from `from` to `to` (float32 -> bfloat16 for the bf16 kernels) into a
+// buffer it owns; a no-op when both descriptors are equal.
+class OnednnConvert {
+ public:
+  Status build(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+  // Returns `src` itself or the converted copy.
+  StatusOr<const void*> run(const void* src, const dnnl::stream& s);
+
+ private:
+  OnednnExec reorder_;
+  std::shared_ptr<void> buffer_;
+  int src_slot_ = 0;
+};
+
+// Weights `src` (laid out as `src_md`) reordered into `packed_md`, oneDNN's preferred layout for a
+// primitive (blocked, possibly bfloat16). The result is cached process-wide while any kernel holds
+// it, keyed by address, layout and a checksum of the bytes, so every context of an engine shares
+// one packed copy and a different tensor at a reused address never hits a stale entry. `src` must
+// not change while the result is held (the callers' weights are plan constants).
+StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, const dnnl::memory::desc& src_md,
+                                                      const dnnl::memory::desc& packed_md);
+
 // C-order strides of `dims` as oneDNN dims.
 dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);
 
 void register_onednn_matmul_kernels(KernelRegistry& r);
 void register_onednn_conv_kernels(KernelRegistry& r);
+void register_onednn_fused_matmul_kernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -1,8 +1,10 @@
 // oneDNN-backed MatMul, Gemm (onednn_matmul_kernels.cpp) and Conv (onednn_conv_kernels.cpp), plus
 // the shared primitive runner.
 #include <algorithm>
+#include <mutex>
 
 #include "runtime/kernels/families.h"
+#include "runtime/engine_format.h"
 #include "runtime/kernels/onednn_common.h"
 
 namespace kiln {
@@ -47,6 +49,60 @@ Status OnednnKernel::prepare(std::span<const TensorView> in, std::span<const Ten
   return use_ref_ ? ref_->prepare(in, out) : Status::Ok();
 }
 
+Status OnednnConvert::build(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  reorder_.reset();
+  buffer_.reset();
+  if (from == to) return Status::Ok();
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::reorder::primitive_desc rpd(onednn_engine(), from, onednn_engine(), to, attr);
+  reorder_.init(rpd, dnnl::reorder(rpd));
+  src_slot_ = reorder_.add_arg(DNNL_ARG_FROM, from);
+  buffer_ = aligned_alloc_shared(to.get_size());
+  reorder_.bind(reorder_.add_arg(DNNL_ARG_TO, to), buffer_.get());
+  return Status::Ok();
+}
+
+StatusOr<const void*> OnednnConvert::run(const void* src, const dnnl::stream& s) {
+  if (!reorder_.ready()) return src;
+  reorder_.bind(src_slot_, src);
+  KILN_RETURN_IF_ERROR(reorder_.execute(s));
+  return static_cast<const void*>(buffer_.get());
+}
+
+namespace {
+struct PackedEntry {
+  const void* src;
+  dnnl::memory::desc src_md, packed_md;
+  uint64_t checksum;
+  std::weak_ptr<void> packed;
+};
+}  // namespace
+
+StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, const dnnl::memory::desc& src_md,
+                                                      const dnnl::memory::desc& packed_md) {
+  static std::mutex mu;
+  static std::vector<PackedEntry> cache;
+  const uint64_t sum = checksum64(src, src_md.get_size());
+  std::lock_guard<std::mutex> lock(mu);
+  std::erase_if(cache, [](const PackedEntry& e) { return e.packed.expired(); });
+  for (const auto& e : cache)
+    if (e.src == src && e.checksum == sum && e.src_md == src_md && e.packed_md == packed_md)
+      if (auto p = e.packed.lock()) return p;
+  std::shared_ptr<void> packed = aligned_alloc_shared(packed_md.get_size());
+  try {
+    dnnl::stream s(onednn_engine());
+    dnnl::memory from(src_md, onednn_engine(), const_cast<void*>(src));
+    dnnl::memory to(packed_md, onednn_engine(), packed.get());
+    dnnl::reorder(from, to).execute(s, from, to);
+    s.wait();
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN weight reorder failed: ") + e.what());
+  }
+  cache.push_back({src, src_md, packed_md, sum, packed});
+  return packed;
+}
+
 dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims) {
   dnnl::memory::dims st(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * std::max<dnnl::memory::dim>(dims[i + 1], 1);
@@ -56,6 +112,7 @@ dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims) {
 void register_onednn_kernels(KernelRegistry& r) {
   register_onednn_matmul_kernels(r);
   register_onednn_conv_kernels(r);
+  register_onednn_fused_matmul_kernels(r);
 }
 
 }  // namespace kiln

@@ -907,11 +907,11 @@ TEST(EngineCorrupt, LoadableButBrokenPlansFailCleanly) {
        }},
       {"input dropped", [](engine::EngineMeta& m) {
          for (auto& s : *m.mutable_profiles(1)->mutable_steps())
-           if (s.op_type() == "MatMul") s.mutable_inputs()->RemoveLast();
+           if (s.op_type() == "FusedMatMul") s.mutable_inputs()->Truncate(1);  // MatMul + bias Add, fused
        }},
       {"absent input", [](engine::EngineMeta& m) {
          for (auto& s : *m.mutable_profiles(1)->mutable_steps())
-           if (s.op_type() == "Add") s.set_inputs(0, -1);
+           if (s.op_type() == "FusedMatMul") s.set_inputs(0, -1);
        }},
       {"weights swapped", [](engine::EngineMeta& m) {
          std::vector<engine::Value*> constants;
