@@ -61,11 +61,14 @@ class EpilogueMatcher {
     if (n.inputs[1] == v && n.inputs[0] != v) return n.inputs[0];
     return -1;
   }
-  static bool is(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
+  // A default-domain node of type `op` with no attributes: pre-opset-7 Add/Mul/Div carry legacy
+  // broadcast/axis attributes whose semantics the fused kernel does not implement.
+  static bool is(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op && n->attrs.empty(); }
 
   // GELU applied to `x`: returns the nodes (last one produces the result) and the activation name.
   std::vector<Node*> gelu(int x, std::string* act) {
-    if (Node* n = sole_consumer(x); is(n, "Gelu")) {
+    if (Node* n = sole_consumer(x); n && n->domain.empty() && n->op_type == "Gelu" &&
+                                        n->attrs.size() == n->attrs.count("approximate")) {
       auto approx = n->attrs.find("approximate");
       const std::string a = approx == n->attrs.end() ? "none" : approx->second.s;
       if (a != "none" && a != "tanh") return {};
@@ -141,8 +144,11 @@ bool match_root(Graph& g, Node& n, int* a, int* w, int* bias) {
   if (!wv.is_constant() || wv.constant.dtype() != DType::kFloat32 || wv.constant.shape().rank() != 2) return false;
   const SymShape* as = g.values[*a].shape ? &*g.values[*a].shape : nullptr;
   if (as && as->empty()) return false;
-  if (n.op_type == "MatMul") return n.inputs.size() == 2;
+  if (n.op_type == "MatMul") return n.inputs.size() == 2 && n.attrs.empty();
   if (n.op_type != "Gemm" || !as) return false;
+  // Anything else (opset-6 'broadcast') is left to the Gemm kernel, which rejects what it does not know.
+  for (const auto& [name, attr] : n.attrs)
+    if (name != "alpha" && name != "beta" && name != "transA" && name != "transB") return false;
   auto attr = [&](const char* name, double def) {
     auto it = n.attrs.find(name);
     if (it == n.attrs.end()) return def;

@@ -330,3 +330,32 @@ TEST(MatMulEpilogueFusion, GemmWithTransposedWeightsFuses) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Legacy attributes (opset-6 Gemm/Add 'broadcast') are not guessed at: those nodes stay unfused,
+// so their kernels report the attribute.
+TEST(MatMulEpilogueFusion, NodesWithUnknownAttributesStayUnfused) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{5}, int64_t{7}});
+  const Tensor w = random_f32(Shape{7, 3}, 1), c = random_f32(Shape{3}, 2);
+  b.initializer_f("w", std::vector<float>(w.as<float>(), w.as<float>() + 21), {7, 3});
+  b.initializer_f("c", std::vector<float>(c.as<float>(), c.as<float>() + 3), {3});
+  OnnxModelBuilder::int_attr(b.node("Gemm", {"x", "w", "c"}, {"y"}, "legacy_gemm"), "broadcast", 1);
+  b.node("MatMul", {"x", "w"}, {"m"}, "mm");
+  OnnxModelBuilder::int_attr(b.node("Add", {"m", "c"}, {"z"}, "legacy_add"), "broadcast", 1);
+  b.output("y").output("z");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  PassContext ctx;
+  ASSERT_TRUE(run_pass_pipeline(*g, ctx).ok());
+  std::map<std::string, std::string> ops;
+  for (const auto& n : g->nodes) ops[n.name] = n.op_type;
+  EXPECT_EQ(ops["legacy_gemm"], "Gemm");
+  EXPECT_EQ(ops["legacy_add"], "Add");
+  EXPECT_EQ(ops["mm"], "FusedMatMul");  // the MatMul itself still gets its prepacked kernel
+}
+
+}  // namespace
+}  // namespace kiln
