@@ -192,11 +192,11 @@ void sweep(const std::vector<Dims>& dims, Precision precision) {
 }
 
 // Tile-straddling sizes: Sq 1, 65 (a full query tile and one row), 130; keys 1, 49, 97, 150 (one
-// past whole tiles, and remainders of the 6-row blocks); caches 0, 17, 100; Dh 64, 40 and 24
-// (not a multiple of 16), 13 (odd); H 1 and 6.
+// past whole tiles, and remainders of the 6-row blocks); caches 0, 17, 30, 100; Dh 64, 128 and 80
+// (more than one 64-lane block), 40 and 24 (not a multiple of 16), 13 (odd); H 1, 2 and 6.
 const std::vector<Dims> kDims = {{1, 1, 64, 1, 1, 0},    {1, 6, 64, 65, 65, 17},  {2, 1, 40, 130, 49, 100},
                                  {1, 6, 24, 17, 97, 0},  {1, 1, 13, 65, 150, 17}, {2, 6, 64, 1, 5, 100},
-                                 {1, 1, 64, 130, 130, 0}};
+                                 {1, 1, 64, 130, 130, 0}, {1, 2, 128, 65, 70, 30}, {1, 1, 80, 20, 33, 0}};
 
 TEST(AttentionFast, F32MatchesReference) { sweep(kDims, Precision::kFp32); }
 
