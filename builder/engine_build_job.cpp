@@ -116,10 +116,16 @@ std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
   std::set<std::string> fp32_ops;
   for (auto& step : plan.steps) {
     if (!step.domain.empty()) {
+      // A plugin opts in by declaring a string field `precision` (it may omit it from its saved
+      // fields while it is at the fp32 default, as kiln::Attention does).
+      bool declared = false;
+      auto version = plugin_version_from_impl(step);
+      if (const PluginEntry* entry = version.ok() ? PluginRegistry::global().find(step.domain, step.op_type, *version) : nullptr)
+        for (const auto& f : entry->creator->field_specs()) declared |= f.name == "precision" && f.kind == Attribute::Kind::kString;
       auto it = step.attrs.find("precision");
-      if (it != step.attrs.end() && it->second.kind == Attribute::Kind::kString) {
-        *plugins_changed |= it->second.s != "bf16";
-        it->second.s = "bf16";
+      if (declared || (it != step.attrs.end() && it->second.kind == Attribute::Kind::kString)) {
+        *plugins_changed |= it == step.attrs.end() || it->second.s != "bf16";
+        step.attrs["precision"] = Attribute::String("bf16");
       } else {
         fp32_ops.insert(step.domain + "::" + step.op_type);
       }

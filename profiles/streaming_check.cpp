@@ -134,7 +134,7 @@ Status check_equivalence(StreamingSession& session, const Engine& engine, const 
   session.reset();
   KILN_RETURN_IF_ERROR(session.step(views(full)).with_context("streaming equivalence, full(T)"));
   KILN_ASSIGN_OR_RETURN(Snapshot a, snapshot(session, engine, spec));
-  session.reset();
+  session.reset(/*scrub=*/true);
   KILN_RETURN_IF_ERROR(session.step(views(prefix)).with_context("streaming equivalence, full(T-1)"));
   if (session.cached_rows() > spec.tokens_per_step * spec.max_steps)
     return InvalidArgument("streaming equivalence: full(T-1) leaves " + std::to_string(session.cached_rows()) + " cache rows, more than the window of " +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace kiln {
 
@@ -102,7 +103,13 @@ uint64_t StreamingSession::state_buffer_bytes() const {
   return total;
 }
 
-void StreamingSession::reset() {
+void StreamingSession::reset(bool scrub) {
+  if (scrub)
+    for (const State& st : states_) {
+      const size_t bytes = static_cast<size_t>(st.slabs) * static_cast<size_t>(pitch(st));
+      if (st.dtype == DType::kFloat32) std::fill_n(static_cast<float*>(st.buffer.get()), bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+      else std::memset(st.buffer.get(), 0, bytes);
+    }
   start_ = rows_ = steps_ = 0;
   last_ = nullptr;
   stats_ = StreamingStepStats{};

@@ -51,8 +51,9 @@ class StreamingSession {
   int64_t cached_rows() const { return rows_; }
   int64_t steps_run() const { return steps_; }
   uint64_t state_buffer_bytes() const;
-  // The next step is a cold start again.
-  void reset();
+  // The next step is a cold start again. `scrub` also fills the state buffers with NaN (float
+  // states) or zeros, so a check comparing two runs cannot pass on stale rows of the first.
+  void reset(bool scrub = false);
 
  private:
   struct State {

@@ -166,7 +166,9 @@ Status run(const Args& args) {
   if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
   if (cfg.streaming.present) {
     KILN_ASSIGN_OR_RETURN(StreamingResult streaming, run_streaming_check(engine, cfg, args.bench, progress));
-    progress("streaming: equivalence full(T) vs full(T-1) + step: max abs err " + std::to_string(streaming.equivalence_max_abs_err) + " (tolerance 1e-4)");
+    char err[32];
+    std::snprintf(err, sizeof err, "%.3g", streaming.equivalence_max_abs_err);
+    progress(std::string("streaming: equivalence full(T) vs full(T-1) + step: max abs err ") + err + " (tolerance 1e-4)");
     if (args.bench) print_streaming(streaming, checks);
     extra["streaming"] = streaming_report_json(streaming);
   }
