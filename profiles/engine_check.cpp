@@ -119,7 +119,9 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
         if (fp32) KILN_RETURN_IF_ERROR(fp32->set_input(name, t.view()).with_context(where));
       }
       if (fp32) KILN_RETURN_IF_ERROR(fp32->run().with_context(where + " (fp32 reference plan, " + std::string(label) + ")"));
+      // Twice: the second run is a steady-state run on the arena planned by the first.
       KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, " + label + ")"));
+      KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, " + label + ", second run)"));
       KILN_RETURN_IF_ERROR(in_memory->run().with_context(where + " (built plan, " + label + ")"));
       pc.points.push_back(label);
       for (size_t o = 0; o < loaded->num_outputs(); ++o) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
@@ -369,11 +370,13 @@ void ExecutionContext::place_concat_inputs() {
     size_t offset = 0;
     for (int in : step.inputs) {
       if (in < 0) continue;
-      const size_t bytes = static_cast<size_t>(planned_[in].shape.numel()) * dtype_size(planned_[in].dtype);
+      // Graph inputs and constants have no planned desc: their shape is in their view.
+      const TensorDesc d = value_desc(in);
+      const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
       const int root = alias_root_[in] >= 0 ? alias_root_[in] : in;
       const bool placeable = bytes > 0 && root != out && producer_[root] >= 0 && !view_step_[producer_[root]] && concat_host_[root] < 0 &&
-                             !bound_outputs_[root].present() && planned_[root].shape.numel() == planned_[in].shape.numel() &&
-                             planned_[root].dtype == planned_[in].dtype && !(is_output[root] && is_output[out]);
+                             !bound_outputs_[root].present() && planned_[root].shape.numel() == d.shape.numel() &&
+                             planned_[root].dtype == d.dtype && !(is_output[root] && is_output[out]);
       if (placeable) {
         concat_host_[root] = out;
         concat_offset_[root] = offset;

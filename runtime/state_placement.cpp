@@ -118,7 +118,7 @@ bool ExecutionContext::place_value(int value, char* base, int axis, int64_t pitc
   pl.skip[p] = 1;
   int64_t first = 0;
   for (int in : step.inputs) {
-    if (in < 0 || planned_[in].shape.rank() != shape.rank()) return false;
+    if (in < 0 || producer_[in] < 0 || planned_[in].shape.rank() != shape.rank()) return false;  // a graph input cannot be placed
     if (!place_value(in, base + first * shape.numel(cat + 1, axis) * pitch, axis, pitch, pl)) return false;
     first += planned_[in].shape[cat];
   }

@@ -34,7 +34,8 @@ run_case() {  # run_case LABEL CASE_DIR [engine-run args before --input ...]
   local args=()
   for f in "$dir"/inputs/*.npy; do args+=(--input "$(basename "$f" .npy)=$f"); done
   echo "== $label"
-  if ! "$ENGINE_RUN" "$@" "${args[@]}" --output-dir "$WORK/out/$label"; then status=1; return; fi
+  # --iterations 2: the outputs come from a steady-state run on the planned arena.
+  if ! "$ENGINE_RUN" "$@" "${args[@]}" --output-dir "$WORK/out/$label" --iterations 2; then status=1; return; fi
   /usr/bin/python3 "$ROOT/scripts/compare_npy.py" "$dir/expected" "$WORK/out/$label" || status=1
 }
 

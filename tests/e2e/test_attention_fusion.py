@@ -127,7 +127,7 @@ def compare(name, engine, profile, case, inputs, expected, out_dir, args, res):
     cmd = [args.engine_run, engine, "--profile", profile]
     for n, p in inputs.items():
         cmd += ["--input", f"{n}={p}"]
-    cmd += ["--output-dir", out_dir]
+    cmd += ["--output-dir", out_dir, "--iterations", "2"]  # outputs of a steady-state (arena) run
     proc, secs = run_cmd(cmd, args.timeout)
     label = f"[engine] {name} {profile} {case}"
     if proc.returncode != 0:

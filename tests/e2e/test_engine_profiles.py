@@ -228,7 +228,8 @@ def input_args(paths):
 def compare_case(model, spec, engine_path, ref_dir, profile, case, point, workdir, args, res):
     inputs = case_inputs(ref_dir, case, spec.input_names)
     out_dir = os.path.join(workdir, "out", model, profile, export_models.sanitize(case))
-    cmd = [args.engine_run, engine_path, "--profile", profile] + input_args(inputs) + ["--output-dir", out_dir]
+    # Outputs of the second run: a steady-state run on the planned arena.
+    cmd = [args.engine_run, engine_path, "--profile", profile] + input_args(inputs) + ["--output-dir", out_dir, "--iterations", "2"]
     proc, secs = run_cmd(cmd, args.timeout)
     res.timed(f"engine-run {model} {profile} {case}", secs)
     shapes = ", ".join(f"{n} {list(np.load(p, mmap_mode='r').shape)}" for n, p in inputs.items()

@@ -335,3 +335,49 @@ TEST(ExecutionContext, ConcatInputsWrittenInPlaceGiveTheSameValues) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Nested: a Concat of kernel outputs is itself placed, through a Reshape, in a Concat whose first
+// input is a graph input (the ControlTransformer's projected_embeddings = cat(cache, encoder(x))).
+TEST(ExecutionContext, NestedConcatPlacementBehindAGraphInput) {
+  testing::OnnxModelBuilder b;
+  b.input("cache", DType::kFloat32, {int64_t{1}, std::string("S"), int64_t{4}})
+      .input("a", DType::kFloat32, {int64_t{1}, int64_t{3}, int64_t{4}})
+      .input("c", DType::kFloat32, {int64_t{1}, int64_t{2}, int64_t{4}});
+  b.initializer("shape", {1, -1, 4}, {3});
+  b.node("Relu", {"a"}, {"ra"});
+  b.node("Neg", {"c"}, {"nc"});
+  testing::OnnxModelBuilder::int_attr(b.node("Concat", {"ra", "nc"}, {"enc"}), "axis", 1);  // [1, 5, 4]
+  b.node("Reshape", {"enc", "shape"}, {"new"});
+  testing::OnnxModelBuilder::int_attr(b.node("Concat", {"cache", "new"}, {"proj"}), "axis", 1);
+  b.node("Sigmoid", {"proj"}, {"sp"});
+  b.output("proj").output("sp");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto plan = build_plan(*g, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  for (int run = 0; run < 3; ++run) {
+    Tensor cache = Tensor::zeros(DType::kFloat32, Shape{1, 6, 4}), a = Tensor::zeros(DType::kFloat32, Shape{1, 3, 4}),
+           c = Tensor::zeros(DType::kFloat32, Shape{1, 2, 4});
+    for (int64_t i = 0; i < 24; ++i) cache.as<float>()[i] = 100.0f + static_cast<float>(i);
+    for (int64_t i = 0; i < 12; ++i) a.as<float>()[i] = static_cast<float>(i) - 5.0f;
+    for (int64_t i = 0; i < 8; ++i) c.as<float>()[i] = static_cast<float>(i) + 0.5f;
+    ASSERT_TRUE((*ctx)->set_input("cache", cache.view()).ok());
+    ASSERT_TRUE((*ctx)->set_input("a", a.view()).ok());
+    ASSERT_TRUE((*ctx)->set_input("c", c.view()).ok());
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView proj = (*ctx)->output(0);
+    ASSERT_EQ(proj.shape, (Shape{1, 11, 4}));
+    for (int64_t i = 0; i < 44; ++i) {
+      const float want = i < 24 ? cache.as<float>()[i] : i < 36 ? std::max(0.0f, a.as<float>()[i - 24]) : -c.as<float>()[i - 36];
+      ASSERT_EQ(proj.as<float>()[i], want) << "run " << run << " element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
