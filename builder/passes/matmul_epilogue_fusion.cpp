@@ -65,6 +65,32 @@ class EpilogueMatcher {
   // broadcast/axis attributes whose semantics the fused kernel does not implement.
   static bool is(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op && n->attrs.empty(); }
 
+  // GPT-2's written-out tanh GELU: 0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), the
+  // three uses of x being Mul(x, 0.5), Pow(x, 3) and the Add.
+  std::vector<Node*> gelu_tanh(int x, std::string* act) {
+    Node *half = nullptr, *pow = nullptr, *sum = nullptr;
+    for (Node* n : consumers(x)) {
+      if (is(n, "Mul") && is_scalar(other(*n, x), 0.5)) half = n;
+      else if (is(n, "Pow") && n->inputs.size() == 2 && n->inputs[0] == x && is_scalar(n->inputs[1], 3.0)) pow = n;
+      else if (is(n, "Add") && other(*n, x) >= 0) sum = n;
+    }
+    if (!half || !pow || !sum) return {};
+    Node* cube = sole_consumer(pow->outputs[0]);
+    if (!is(cube, "Mul") || !is_scalar(other(*cube, pow->outputs[0]), 0.044715) || other(*sum, x) != cube->outputs[0] ||
+        sole_consumer(cube->outputs[0]) != sum)
+      return {};
+    Node* scale = sole_consumer(sum->outputs[0]);
+    if (!is(scale, "Mul") || !is_scalar(other(*scale, sum->outputs[0]), std::sqrt(2.0 / M_PI))) return {};
+    Node* tanh = sole_consumer(scale->outputs[0]);
+    if (!is(tanh, "Tanh")) return {};
+    Node* plus1 = sole_consumer(tanh->outputs[0]);
+    if (!is(plus1, "Add") || !is_scalar(other(*plus1, tanh->outputs[0]), 1.0)) return {};
+    Node* prod = sole_consumer(plus1->outputs[0]);
+    if (!is(prod, "Mul") || other(*prod, plus1->outputs[0]) != half->outputs[0] || sole_consumer(half->outputs[0]) != prod) return {};
+    *act = "gelu_tanh";
+    return {half, pow, cube, sum, scale, tanh, plus1, prod};
+  }
+
   // GELU applied to `x`: returns the nodes (last one produces the result) and the activation name.
   std::vector<Node*> gelu(int x, std::string* act) {
     if (Node* n = sole_consumer(x); n && n->domain.empty() && n->op_type == "Gelu" &&
@@ -75,6 +101,7 @@ class EpilogueMatcher {
       *act = a == "none" ? "gelu_erf" : "gelu_tanh";
       return {n};
     }
+    if (uses_[x] == 3 && !is_graph_output(x)) return gelu_tanh(x, act);
     // x/sqrt2 (or x*(1/sqrt2)) -> Erf -> +1 -> then x*·*0.5 in either grouping.
     if (uses_[x] != 2 || is_graph_output(x)) return {};
     const auto cons = consumers(x);

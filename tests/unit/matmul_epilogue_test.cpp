@@ -359,3 +359,57 @@ TEST(MatMulEpilogueFusion, NodesWithUnknownAttributesStayUnfused) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// GPT-2's written-out tanh GELU (0.5*x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))) fuses into
+// the Linear before it as gelu_tanh, and gives the unfused graph's values.
+TEST(MatMulEpilogueFusion, Gpt2TanhGeluFuses) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{1}, std::string("S"), int64_t{9}});
+  const Tensor w = random_f32(Shape{9, 13}, 4), c = random_f32(Shape{13}, 5);
+  b.initializer_f("w", std::vector<float>(w.as<float>(), w.as<float>() + w.numel()), {9, 13});
+  b.initializer_f("c", std::vector<float>(c.as<float>(), c.as<float>() + c.numel()), {13});
+  b.initializer_f("half", {0.5f}, {}).initializer_f("three", {3.0f}, {}).initializer_f("k", {0.044715f}, {});
+  b.initializer_f("s", {static_cast<float>(std::sqrt(2.0 / M_PI))}, {}).initializer_f("one", {1.0f}, {});
+  b.node("MatMul", {"x", "w"}, {"m"}, "fc/MatMul");
+  b.node("Add", {"c", "m"}, {"h"}, "fc/Add");
+  b.node("Mul", {"h", "half"}, {"hh"}, "g/Mul");
+  b.node("Pow", {"h", "three"}, {"p"}, "g/Pow");
+  b.node("Mul", {"p", "k"}, {"pk"}, "g/Mul_1");
+  b.node("Add", {"h", "pk"}, {"a"}, "g/Add");
+  b.node("Mul", {"a", "s"}, {"as"}, "g/Mul_2");
+  b.node("Tanh", {"as"}, {"t"}, "g/Tanh");
+  b.node("Add", {"t", "one"}, {"t1"}, "g/Add_1");
+  b.node("Mul", {"hh", "t1"}, {"y"}, "g/Mul_3");
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const Tensor x = random_f32(Shape{1, 11, 9}, 6);
+  std::vector<float> results[2];
+  for (int off = 0; off < 2; ++off) {
+    BuildOptions opts;
+    opts.input_shapes["x"] = x.shape();
+    if (off) opts.disabled_passes = {"matmul_epilogue_fusion"};
+    auto plan = build_plan(*g, opts);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    if (!off) {
+      ASSERT_EQ((*plan)->steps.size(), 1u);
+      EXPECT_EQ((*plan)->steps[0].op_type, "FusedMatMul");
+      EXPECT_EQ((*plan)->steps[0].attrs.at("activation").s, "gelu_tanh");
+      EXPECT_EQ((*plan)->steps[0].replaced_nodes.size(), 10u);
+    }
+    auto ctx = ExecutionContext::create(*plan);
+    ASSERT_TRUE(ctx.ok());
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView& y = (*ctx)->output(0);
+    results[off].assign(y.as<float>(), y.as<float>() + y.numel());
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-5 * (1 + std::abs(results[1][i]))) << i;
+}
+
+}  // namespace
+}  // namespace kiln
