@@ -24,6 +24,11 @@ const std::vector<Pass>& pass_pipeline() {
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
        "exporter's own nodes, and after folding, which makes weights and GELU's scalars constants",
        matmul_epilogue_fusion},
+      {"conv_epilogue_fusion",
+       "turn each Conv with a constant weight, with the residual Add and Relu that follow it, into one FusedConv "
+       "(one oneDNN convolution with post-ops, weights prepacked once); after folding, which makes the weights "
+       "constants, and after shape inference, which proves the residual needs no broadcasting",
+       conv_epilogue_fusion},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };
   return passes;

@@ -1,8 +1,10 @@
 // Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
-// spatial dims (run as 3-D with trailing unit dims).
+// spatial dims (run as 3-D with trailing unit dims), and MaxPool's "vectorized" kernel: float32 1-D
+// and 2-D without Indices or dilation (a CNN stem's pool), everything else on the reference.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "runtime/kernels/nn_common.h"
 
@@ -172,6 +174,94 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(PoolKind kind, AttrReader& attrs) {
                                                               count_include_pad != 0, storage_order, p));
 }
 
+// MaxPool in two separable passes per output row: the elementwise max of the window's input rows
+// into a row buffer (contiguous, so it vectorizes), then the strided horizontal max over that row.
+// Planes run in parallel. The reference's generic 3-D loop with per-tap bounds checks was a
+// tenth of ResNet-18's run time.
+class VectorizedMaxPool final : public Kernel {
+ public:
+  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode)
+      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode) {}
+  const char* impl_name() const override { return fast_ ? "vectorized" : "reference"; }
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const Shape& x = in[0].shape;
+    const int n = x.rank() - 2;
+    fast_ = in[0].dtype == DType::kFloat32 && (n == 1 || n == 2) && (out.size() < 2 || !out[1].present()) &&
+            static_cast<int>(w_.kernel_shape.size()) == n;
+    if (fast_) {
+      KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, x.data() + 2, w_.kernel_shape.data(), n, ceil_mode_));
+      for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
+      // 1-D runs as 2-D with a leading unit dim.
+      if (n == 1) {
+        std::swap(g_.in[0], g_.in[1]);
+        std::swap(g_.out[0], g_.out[1]);
+        std::swap(g_.k[0], g_.k[1]);
+        std::swap(g_.stride[0], g_.stride[1]);
+        std::swap(g_.pad_begin[0], g_.pad_begin[1]);
+      }
+    }
+    return fast_ ? Status::Ok() : ref_->prepare(in, out);
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (!fast_) return ref_->run(in, out);
+    const WindowGeom& g = g_;
+    const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+    const float* x = in[0].as<float>();
+    float* y = out[0].as<float>();
+    constexpr float kLowest = std::numeric_limits<float>::lowest();
+#pragma omp parallel if (planes * OH * OW > 4096)
+    {
+      std::vector<float> row(static_cast<size_t>(W));
+#pragma omp for schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        const float* xp = x + pl * H * W;
+        float* yp = y + pl * OH * OW;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
+          const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
+          float* yr = yp + oh * OW;
+          if (hlo >= hhi) {
+            std::fill(yr, yr + OW, kLowest);
+            continue;
+          }
+          std::copy(xp + hlo * W, xp + hlo * W + W, row.data());
+          for (int64_t h = hlo + 1; h < hhi; ++h) {
+            const float* xr = xp + h * W;
+            float* r = row.data();
+            for (int64_t w = 0; w < W; ++w) r[w] = std::max(r[w], xr[w]);
+          }
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
+            const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
+            float best = kLowest;
+            for (int64_t w = wlo; w < whi; ++w) best = std::max(best, row[w]);
+            yr[ow] = best;
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<Kernel> ref_;
+  WindowAttrs w_;
+  bool ceil_mode_;
+  bool fast_ = false;
+  WindowGeom g_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_vectorized_max_pool(AttrReader& attrs) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
+  WindowAttrs w;
+  KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+  KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
+  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0));
+}
+
 StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& attrs) {
   int64_t p = 2;
   if (kind == PoolKind::kLp) {
@@ -185,6 +275,7 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kMax, a); }});
+  r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_max_pool(a); }});
   r.add({"AveragePool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kAverage, a); }});
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});

@@ -1,9 +1,24 @@
-// float32 1-D/2-D Conv on oneDNN's convolution primitive. Activations stay plain NCHW (1-D runs as
-// NCHW with H=1). oneDNN picks the weight layout; when it differs from the plain one, the weights
-// are reordered into a buffer sized in prepare(). The reorder runs on every run(): the kernel
-// interface does not say whether the weights are constant, and a reorder is a small fraction of the
-// convolution's work. impl "onednn_bf16" (engines built with precision: bf16) converts the input to
-// bfloat16 and the weights to a bfloat16 blocked layout on every run; the output stays float32.
+// float32 1-D/2-D Conv and FusedConv on oneDNN's convolution primitive.
+//
+// FusedConv is a kiln-internal op written by builder/passes/conv_epilogue_fusion.cpp:
+//   Y = act(Conv(X, W, B) + residual)
+// with Conv's attributes, W a constant of the plan, B and residual optional inputs (residual of the
+// output's exact shape) and attribute activation "none" | "relu". It runs as ONE convolution: the
+// residual is a sum post-op and Relu an eltwise post-op.
+//
+// Graph tensors stay plain NCHW (1-D runs as NCHW with H=1), but oneDNN's AVX-512 convolutions are
+// several times faster on blocked layouts (nChw16c), so the primitive picks its own src/dst
+// layouts and the kernel reorders around it: X into the blocked layout, the residual into the
+// blocked output (which the sum post-op then accumulates onto) and the result back to NCHW.
+// FusedConv's W is reordered once into oneDNN's layout (onednn_packed_weights, shared by every
+// context running the plan): W being a plan constant is the op's contract. Plain Conv does not know
+// whether its W is constant, so it reorders W on every run (the pass turns every Conv with a
+// constant W into a FusedConv, leaving this path to computed weights).
+//
+// impl "onednn_bf16" (engines built with precision: bf16) converts X and W to bfloat16 in the same
+// reorders; accumulation and the output stay float32.
+#include <tuple>
+
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
 
@@ -14,10 +29,76 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
+enum class ConvAct { kNone, kRelu };
+
+StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
+  if (s == "none") return ConvAct::kNone;
+  if (s == "relu") return ConvAct::kRelu;
+  return InvalidArgument("attribute 'activation' must be none or relu, got '" + s + "'");
+}
+
+// The span of the inner Conv's inputs (X, W and B when given) of a FusedConv.
+std::span<const TensorView> conv_inputs(std::span<const TensorView> in) { return in.subspan(0, std::min<size_t>(in.size(), 3)); }
+
+bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
+
+// The reference: the reference Conv into the output, then the epilogue element by element.
+class FusedConvReference final : public Kernel {
+ public:
+  FusedConvReference(std::unique_ptr<Kernel> conv, ConvAct act) : conv_(std::move(conv)), act_(act) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 4));
+    KILN_RETURN_IF_ERROR(conv_->infer(conv_inputs(in), out));
+    if (has_residual(in) && (in[3].dtype != out[0].dtype || in[3].shape != out[0].shape))
+      return InvalidArgument("input 3 (residual) must be " + dtype_name(out[0].dtype) + " " + out[0].shape.str() +
+                             " like the convolution's output, got " + dtype_name(in[3].dtype) + " " + in[3].shape.str());
+    return Status::Ok();
+  }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    return conv_->prepare(conv_inputs(in), out);
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_RETURN_IF_ERROR(conv_->run(conv_inputs(in), out));
+    const int64_t n = out[0].numel();
+    const bool res = has_residual(in), relu = act_ == ConvAct::kRelu;
+    if (out[0].dtype == DType::kFloat64) return epilogue<double>(in, out, n, res, relu);
+    return epilogue<float>(in, out, n, res, relu);
+  }
+
+ private:
+  template <typename T>
+  static Status epilogue(std::span<const TensorView> in, std::span<const TensorView> out, int64_t n, bool res, bool relu) {
+    T* y = out[0].as<T>();
+    const T* r = res ? in[3].as<T>() : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      T v = y[i];
+      if (r) v += r[i];
+      if (relu && v < 0) v = 0;
+      y[i] = v;
+    }
+    return Status::Ok();
+  }
+
+  std::unique_ptr<Kernel> conv_;
+  ConvAct act_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& args, AttrReader& attrs, ConvAct* act) {
+  KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(*act, parse_conv_activation(name));
+  KernelArgs conv = args;
+  conv.op_type = "Conv";
+  conv.num_inputs = std::min(args.num_inputs, 3);
+  KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(conv, attrs));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedConvReference>(std::move(ref), *act));
+}
+
 class OnednnConvKernel final : public OnednnKernel {
  public:
-  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16)
-      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16) {}
+  // `fused`: a FusedConv (constant W, epilogue `act` and an optional residual).
+  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16, bool fused, ConvAct act)
+      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16), fused_(fused), act_(act) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : bf16_ ? "onednn_bf16" : "onednn"; }
 
  protected:
@@ -44,78 +125,130 @@ class OnednnConvKernel final : public OnednnKernel {
                                            : memory::dims{group_, M / group_, C / group_, kh, kw};
     const auto f32 = memory::data_type::f32;
     const auto cdt = bf16_ ? memory::data_type::bf16 : f32;
-    const memory::desc src_md(src_d, f32, tag::nchw), src_cmd(src_d, cdt, tag::nchw), dst_md(dst_d, f32, tag::nchw);
+    const memory::desc src_plain(src_d, f32, tag::nchw), dst_plain(dst_d, f32, tag::nchw);
     const memory::desc wei_plain(wei_d, f32, group_ == 1 ? tag::oihw : tag::goihw);
-    const memory::desc wei_any(wei_d, cdt, tag::any);
     has_bias_ = in.size() > 2 && in[2].present();
+    has_res_ = fused_ && has_residual(in);
     const memory::desc bias_md = has_bias_ ? memory::desc({M}, f32, tag::x) : memory::desc();
 
+    dnnl::post_ops po;
+    if (has_res_) po.append_sum(1.0f);
+    if (act_ == ConvAct::kRelu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                               src_cmd, wei_any, bias_md, dst_md, strides, dil, pad_l, pad_r);
+    attr.set_post_ops(po);
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(src_d, cdt, tag::any),
+        memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any), strides, dil, pad_l, pad_r);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
-    const memory::desc wei_md = pd.weights_desc();
+    const memory::desc wei_md = pd.weights_desc(), src_md = pd.src_desc(), dst_md = pd.dst_desc();
 
     conv_.reset();
-    reorder_.reset();
-    reordered_.reset();
-    if (wei_md != wei_plain) {
-      const dnnl::reorder::primitive_desc rpd(onednn_engine(), wei_plain, onednn_engine(), wei_md, attr);
-      reorder_.init(rpd, dnnl::reorder(rpd));
-      reorder_src_slot_ = reorder_.add_arg(DNNL_ARG_FROM, wei_plain);
-      const int dst_slot = reorder_.add_arg(DNNL_ARG_TO, wei_md);
-      reordered_ = aligned_alloc_shared(wei_md.get_size());
-      reorder_.bind(dst_slot, reordered_.get());
+    wei_convert_ = OnednnConvert();
+    packed_.reset();
+    if (fused_) {
+      KILN_ASSIGN_OR_RETURN(packed_, onednn_packed_weights(in[1].data, wei_plain, wei_md));
+    } else {
+      KILN_RETURN_IF_ERROR(wei_convert_.build(wei_plain, wei_md));
     }
+    KILN_RETURN_IF_ERROR(src_convert_.build(src_plain, src_md));
+    blocked_dst_.reset();
+    dst_out_.reset();
+    res_in_.reset();
+    if (dst_md != dst_plain) {
+      blocked_dst_ = aligned_alloc_shared(dst_md.get_size());
+      dst_out_slot_ = init_reorder(dst_out_, dst_md, dst_plain, blocked_dst_.get(), nullptr).second;
+    }
+    if (has_res_) {
+      std::tie(res_slot_, res_dst_slot_) = init_reorder(res_in_, dst_plain, dst_md, nullptr, blocked_dst_.get());
+    }
+
     conv_.init(pd, dnnl::convolution_forward(pd));
-    src_slot_ = conv_.add_arg(DNNL_ARG_SRC, src_cmd);
-    KILN_RETURN_IF_ERROR(src_convert_.build(src_md, src_cmd));
+    src_slot_ = conv_.add_arg(DNNL_ARG_SRC, src_md);
     wei_slot_ = conv_.add_arg(DNNL_ARG_WEIGHTS, wei_md);
+    if (packed_) conv_.bind(wei_slot_, packed_.get());
     dst_slot_ = conv_.add_arg(DNNL_ARG_DST, dst_md);
+    if (blocked_dst_) conv_.bind(dst_slot_, blocked_dst_.get());
     if (has_bias_) bias_slot_ = conv_.add_arg(DNNL_ARG_BIAS, bias_md);
     return true;
   }
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (reorder_.ready()) {
-      reorder_.bind(reorder_src_slot_, in[1].data);
-      KILN_RETURN_IF_ERROR(reorder_.execute(stream_));
-      conv_.bind(wei_slot_, reordered_.get());
-    } else {
-      conv_.bind(wei_slot_, in[1].data);
+    if (!packed_) {
+      KILN_ASSIGN_OR_RETURN(const void* w, wei_convert_.run(in[1].data, stream_));
+      conv_.bind(wei_slot_, w);
     }
     KILN_ASSIGN_OR_RETURN(const void* src, src_convert_.run(in[0].data, stream_));
     conv_.bind(src_slot_, src);
-    conv_.bind(dst_slot_, out[0].data);
+    if (!blocked_dst_) conv_.bind(dst_slot_, out[0].data);
+    if (has_res_) {
+      // The sum post-op accumulates onto what the destination holds: the residual.
+      res_in_.bind(res_slot_, in[3].data);
+      if (!blocked_dst_) res_in_.bind(res_dst_slot_, out[0].data);
+      KILN_RETURN_IF_ERROR(res_in_.execute(stream_));
+    }
     if (has_bias_) conv_.bind(bias_slot_, in[2].data);
-    return conv_.execute(stream_);
+    KILN_RETURN_IF_ERROR(conv_.execute(stream_));
+    if (!blocked_dst_) return Status::Ok();
+    dst_out_.bind(dst_out_slot_, out[0].data);
+    return dst_out_.execute(stream_);
   }
 
  private:
+  // A reorder `from` -> `to`; returns its (from, to) slots, of which the null pointers are bound
+  // per run.
+  static std::pair<int, int> init_reorder(OnednnExec& r, const memory::desc& from, const memory::desc& to,
+                                          void* from_data, void* to_data) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::reorder::primitive_desc rpd(onednn_engine(), from, onednn_engine(), to, attr);
+    r.init(rpd, dnnl::reorder(rpd));
+    const int from_slot = r.add_arg(DNNL_ARG_FROM, from), to_slot = r.add_arg(DNNL_ARG_TO, to);
+    if (from_data) r.bind(from_slot, from_data);
+    if (to_data) r.bind(to_slot, to_data);
+    return {from_slot, to_slot};
+  }
+
   WindowAttrs w_;
   int64_t group_;
-  bool bf16_;
-  bool has_bias_ = false;
-  OnednnConvert src_convert_;
-  OnednnExec conv_, reorder_;
-  std::shared_ptr<void> reordered_;
-  int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, reorder_src_slot_ = 0;
+  bool bf16_, fused_;
+  ConvAct act_;
+  bool has_bias_ = false, has_res_ = false;
+  std::shared_ptr<void> packed_, blocked_dst_;
+  OnednnConvert src_convert_, wei_convert_;
+  OnednnExec conv_, dst_out_, res_in_;
+  int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, dst_out_slot_ = 0, res_slot_ = 0, res_dst_slot_ = 0;
 };
+
+KernelFactory onednn_factory(bool bf16, bool fused) {
+  return [bf16, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+    ConvAct act = ConvAct::kNone;
+    std::unique_ptr<Kernel> ref;
+    if (fused) {
+      KILN_ASSIGN_OR_RETURN(ref, make_reference_fused_conv(args, attrs, &act));
+    } else {
+      KILN_ASSIGN_OR_RETURN(ref, make_reference_conv(args, attrs));
+    }
+    WindowAttrs w;
+    KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+    KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
+    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16, fused, act));
+  };
+}
 
 }  // namespace
 
 void register_onednn_conv_kernels(KernelRegistry& r) {
+  r.add({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
+           ConvAct act;
+           return make_reference_fused_conv(args, attrs, &act);
+         }});
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
-  for (bool bf16 : {false, true})
-    r.add({"Conv", bf16 ? "onednn_bf16" : "onednn", bf16 ? 5 : 10,
-           [bf16](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
-             KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(args, attrs));
-             WindowAttrs w;
-             KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-             KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-             return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16));
-           }});
+  for (bool fused : {false, true}) {
+    const char* op = fused ? "FusedConv" : "Conv";
+    r.add({op, "onednn", 10, onednn_factory(false, fused)});
+    r.add({op, "onednn_bf16", 5, onednn_factory(true, fused)});
+  }
 }
 
 }  // namespace kiln
