@@ -1,7 +1,7 @@
-// FusedConv (act(Conv + residual) on one oneDNN convolution with blocked activations and prepacked
-// weights) against the unfused reference (reference Conv, Add and Relu kernels), MaxPool's
+// FusedConv (act(Conv + residual) on one oneDNN convolution with prepacked weights, NCHW or NHWC
+// activations) against the unfused reference (reference Conv, Add and Relu kernels), MaxPool's
 // vectorized kernel against the reference pool, both at awkward shapes; and conv_epilogue_fusion
-// asserted on the rewritten graph and run with the pass on and off.
+// and conv_channels_last asserted on the rewritten graph and run with the passes on and off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -195,6 +195,60 @@ TEST(FusedConv, ResidualOfAnotherShapeIsAnError) {
   EXPECT_NE(bad.status().message().find("activation"), std::string::npos) << bad.status().message();
 }
 
+// [N, C, H, W] <-> [N, H, W, C], written out here rather than taken from the code under test.
+Tensor to_nhwc(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w)
+          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
+  return o;
+}
+
+TEST(FusedConv, ChannelsLastLayoutsMatchTheNchwReference) {
+  uint32_t seed = 1300;
+  int combo = 0;
+  for (const auto& c : kCases) {
+    if (c.x.rank() != 4) continue;
+    for (int rep = 0; rep < 2; ++rep, ++combo) {
+      const bool x_nhwc = combo % 2 == 0, res_nhwc = combo % 3 != 1, y_nhwc = combo % 4 < 2;
+      const std::vector<Tensor> nchw{random_f32(c.x, seed++), random_f32(c.w, seed++), random_f32(Shape{c.w[0]}, seed++),
+                                     random_f32(conv_out_shape(c), seed++)};
+      const Tensor want = unfused(conv_attrs(c), nchw, true);
+      std::vector<Tensor> in = nchw;
+      if (x_nhwc) in[0] = to_nhwc(in[0]);
+      if (res_nhwc) in[3] = to_nhwc(in[3]);
+      AttrMap attrs = conv_attrs(c);
+      attrs["activation"] = Attribute::String("relu");
+      attrs["x_layout"] = Attribute::String(x_nhwc ? "nhwc" : "nchw");
+      attrs["residual_layout"] = Attribute::String(res_nhwc ? "nhwc" : "nchw");
+      attrs["y_layout"] = Attribute::String(y_nhwc ? "nhwc" : "nchw");
+      const std::string what = c.x.str() + " * " + c.w.str() + " x " + (x_nhwc ? "nhwc" : "nchw") + " residual " +
+                               (res_nhwc ? "nhwc" : "nchw") + " y " + (y_nhwc ? "nhwc" : "nchw");
+      const double K = static_cast<double>(c.w.numel() / c.w[0]);
+      for (const char* impl : {"onednn", "reference"}) {
+        const auto [got, ran] = fused(attrs, in, impl);
+        EXPECT_EQ(ran, impl) << what;
+        expect_close(got, y_nhwc ? to_nhwc(want) : want, 1e-5 * std::sqrt(K), 1e-4, what + " " + impl);
+      }
+    }
+  }
+  // Zero batch (reference fallback) in NHWC, and a layout on a 1-D input is an error.
+  AttrMap attrs{{"x_layout", Attribute::String("nhwc")}, {"y_layout", Attribute::String("nhwc")}};
+  const auto [empty, ran] = fused(attrs, {Tensor::zeros(DType::kFloat32, Shape{0, 5, 6, 3}), random_f32(Shape{4, 3, 3, 3}, 1)}, "onednn");
+  EXPECT_EQ(ran, "reference");
+  EXPECT_EQ(empty.shape(), (Shape{0, 3, 4, 4}));
+  auto k = make("FusedConv", attrs, 2, "onednn");
+  const Tensor x1 = random_f32(Shape{1, 3, 9}, 2), w1 = random_f32(Shape{2, 3, 3}, 3);
+  const TensorView v1[] = {x1.view(), w1.view()};
+  std::vector<TensorDesc> d(1);
+  const Status st = k->infer(v1, d);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("nhwc"), std::string::npos) << st.message();
+}
+
 // ---- MaxPool ------------------------------------------------------------------------------------
 
 TEST(VectorizedMaxPool, MatchesReferenceAtAwkwardShapes) {
@@ -359,6 +413,24 @@ TEST(ConvEpilogueFusion, RewritesConvAddReluChains) {
   EXPECT_EQ(fused_nodes.at("block/conv2")->attrs.at("pads").ints, (std::vector<int64_t>{1, 1, 1, 1}));
   check("head/Conv", "none", {"head/Conv"}, 2, "c3");
   check("twice/Conv", "none", {"twice/Conv"}, 2, "c4");
+  // conv_channels_last: r0, r1 and r2 flow only into FusedConvs; c3 is a graph output and c4 has
+  // other readers, so they stay NCHW, as does the graph input x.
+  auto layout = [&](const std::string& name, const char* attr) {
+    const auto& attrs = fused_nodes.at(name)->attrs;
+    auto it = attrs.find(attr);
+    return it == attrs.end() ? std::string("nchw") : it->second.s;
+  };
+  const char* kAttrs[] = {"x_layout", "residual_layout", "y_layout"};
+  const std::map<std::string, std::vector<std::string>> want = {{"stem/Conv", {"nchw", "nchw", "nhwc"}},
+                                                                {"block/conv1", {"nhwc", "nchw", "nhwc"}},
+                                                                {"block/conv2", {"nhwc", "nhwc", "nhwc"}},
+                                                                {"head/Conv", {"nhwc", "nchw", "nchw"}},
+                                                                {"twice/Conv", {"nchw", "nchw", "nchw"}}};
+  for (const auto& [name, layouts] : want)
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(layout(name, kAttrs[i]), layouts[i]) << name << " " << kAttrs[i];
+  const Value& r1 = g->values[fused_nodes.at("block/conv1")->outputs[0]];
+  ASSERT_TRUE(r1.shape.has_value());
+  EXPECT_EQ(sym_shape_str(*r1.shape), sym_shape_str(from_shape(Shape{2, 11, 9, 6})));
 }
 
 TEST(ConvEpilogueFusion, OnAndOffGiveTheSameOutputs) {
@@ -368,6 +440,9 @@ TEST(ConvEpilogueFusion, OnAndOffGiveTheSameOutputs) {
   std::vector<std::string> ops_on, ops_off;
   const auto on = run_cnn(*g, {}, x, &ops_on);
   const auto off = run_cnn(*g, {"conv_epilogue_fusion"}, x, &ops_off);
+  std::vector<std::string> ops_nchw;
+  const auto nchw = run_cnn(*g, {"conv_channels_last"}, x, &ops_nchw);
+  EXPECT_EQ(ops_nchw, ops_on);
   EXPECT_EQ(std::count(ops_on.begin(), ops_on.end(), "FusedConv"), 5);
   EXPECT_EQ(std::count(ops_off.begin(), ops_off.end(), "FusedConv"), 0);
   ASSERT_EQ(on.size(), off.size());
@@ -376,6 +451,10 @@ TEST(ConvEpilogueFusion, OnAndOffGiveTheSameOutputs) {
     for (size_t i = 0; i < on[o].size(); ++i)
       EXPECT_NEAR(on[o][i], off[o][i], 1e-4 * (1.0 + std::abs(off[o][i]))) << "output " << o << " element " << i;
   }
+  ASSERT_EQ(nchw.size(), off.size());
+  for (size_t o = 0; o < nchw.size(); ++o)
+    for (size_t i = 0; i < nchw[o].size(); ++i)
+      EXPECT_NEAR(nchw[o][i], off[o][i], 1e-4 * (1.0 + std::abs(off[o][i]))) << "NCHW only: output " << o << " element " << i;
 }
 
 }  // namespace
