@@ -20,6 +20,7 @@
 //
 // impl "onednn_bf16" (engines built with precision: bf16) converts X and W to bfloat16 in the same
 // reorders; accumulation and the output stay float32.
+#include <cstring>
 #include <tuple>
 
 #include "runtime/kernels/nn_common.h"
@@ -240,7 +241,10 @@ class OnednnConvKernel final : public OnednnKernel {
       blocked_dst_ = aligned_alloc_shared(dst_md.get_size());
       dst_out_slot_ = init_reorder(dst_out_, dst_md, dst_plain, blocked_dst_.get(), nullptr).second;
     }
-    if (has_res_) {
+    // A residual already in the output's layout is copied on this thread: a reorder primitive would
+    // wake the OpenMP workers for a copy that memory bandwidth bounds anyway.
+    copy_res_ = has_res_ && res_plain == dst_md && !blocked_dst_;
+    if (has_res_ && !copy_res_) {
       std::tie(res_slot_, res_dst_slot_) = init_reorder(res_in_, res_plain, dst_md, nullptr, blocked_dst_.get());
     }
 
@@ -262,8 +266,10 @@ class OnednnConvKernel final : public OnednnKernel {
     KILN_ASSIGN_OR_RETURN(const void* src, src_convert_.run(in[0].data, stream_));
     conv_.bind(src_slot_, src);
     if (!blocked_dst_) conv_.bind(dst_slot_, out[0].data);
-    if (has_res_) {
-      // The sum post-op accumulates onto what the destination holds: the residual.
+    // The sum post-op accumulates onto what the destination holds: the residual.
+    if (copy_res_) {
+      std::memcpy(out[0].data, in[3].data, in[3].nbytes());
+    } else if (has_res_) {
       res_in_.bind(res_slot_, in[3].data);
       if (!blocked_dst_) res_in_.bind(res_dst_slot_, out[0].data);
       KILN_RETURN_IF_ERROR(res_in_.execute(stream_));
@@ -294,7 +300,7 @@ class OnednnConvKernel final : public OnednnKernel {
   int64_t group_;
   bool bf16_, fused_;
   FusedSpec spec_;
-  bool has_bias_ = false, has_res_ = false;
+  bool has_bias_ = false, has_res_ = false, copy_res_ = false;
   std::shared_ptr<void> packed_, blocked_dst_;
   OnednnConvert src_convert_, wei_convert_;
   OnednnExec conv_, dst_out_, res_in_;

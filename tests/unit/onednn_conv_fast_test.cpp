@@ -317,9 +317,54 @@ TEST(VectorizedMaxPool, IndicesDilationAndFloat64RunOnTheReference) {
   EXPECT_EQ((*yd)[0].as<double>()[0], 5.0);
 }
 
+TEST(VectorizedMaxPool, NhwcLayoutMatchesTheNchwReference) {
+  struct PoolCase {
+    Shape x;  // NCHW
+    std::vector<int64_t> kernel, strides, pads;
+    int64_t ceil_mode;
+  };
+  const PoolCase cases[] = {
+      {Shape{1, 64, 28, 28}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},
+      {Shape{3, 5, 13, 11}, {3, 2}, {2, 1}, {1, 0, 1, 1}, 0},
+      {Shape{2, 17, 10, 9}, {2, 3}, {2, 3}, {}, 1},
+      {Shape{0, 3, 8, 8}, {2, 2}, {2, 2}, {}, 0},
+  };
+  uint32_t seed = 170;
+  for (const auto& c : cases) {
+    AttrMap attrs{{"kernel_shape", Attribute::Ints(c.kernel)}, {"ceil_mode", Attribute::Int(c.ceil_mode)}};
+    if (!c.strides.empty()) attrs["strides"] = Attribute::Ints(c.strides);
+    if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
+    const Tensor x = random_f32(c.x, seed++);
+    auto want = run_op_once("MaxPool", attrs, {x}, 1, "reference");
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    AttrMap nhwc = attrs;
+    nhwc["layout"] = Attribute::String("nhwc");
+    const Tensor xn = to_nhwc(x);
+    for (const char* impl : {"vectorized", "reference"}) {
+      auto k = make("MaxPool", nhwc, 1, impl);
+      ASSERT_TRUE(k);
+      const TensorView xv = xn.view();
+      auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      EXPECT_STREQ(k->impl_name(), impl) << c.x.str();
+      expect_close((*got)[0], to_nhwc((*want)[0]), 0, 0, c.x.str() + " " + impl);
+    }
+  }
+  // NHWC has no Indices output and needs a 4-D input.
+  auto k = make("MaxPool", {{"kernel_shape", Attribute::Ints({2, 2})}, {"layout", Attribute::String("nhwc")}}, 1, "vectorized");
+  const Tensor x3 = random_f32(Shape{1, 4, 4}, 1);
+  const TensorView v3 = x3.view();
+  std::vector<TensorDesc> d(1);
+  EXPECT_FALSE(k->infer(std::span<const TensorView>(&v3, 1), d).ok());
+  const Tensor x4 = random_f32(Shape{1, 4, 4, 2}, 2);
+  const TensorView v4 = x4.view();
+  std::vector<TensorDesc> d2(2);
+  EXPECT_FALSE(k->infer(std::span<const TensorView>(&v4, 1), d2).ok());
+}
+
 // ---- conv_epilogue_fusion -----------------------------------------------------------------------
 
-// A ResNet-like graph: a stem Conv+Relu, a basic block (Conv+Relu, Conv + residual Add + Relu), a
+// A ResNet-like graph: a stem Conv+Relu+MaxPool, a basic block (Conv+Relu, Conv + residual Add + Relu), a
 // Conv whose output is also a graph output (nothing fuses after it) and a Conv whose output has two
 // readers (neither the Add nor the Relu fuses).
 OnnxModelBuilder cnn_model() {
@@ -347,10 +392,13 @@ OnnxModelBuilder cnn_model() {
   };
   conv("x", "w0", "b0", "c0", "stem/Conv", true);
   b.node("Relu", {"c0"}, {"r0"}, "stem/Relu");
-  conv("r0", "w1", "b1", "c1", "block/conv1", true);
+  auto& pool = b.node("MaxPool", {"r0"}, {"p0"}, "stem/MaxPool");
+  OnnxModelBuilder::ints_attr(pool, "kernel_shape", {3, 3});
+  OnnxModelBuilder::ints_attr(pool, "pads", {1, 1, 1, 1});
+  conv("p0", "w1", "b1", "c1", "block/conv1", true);
   b.node("Relu", {"c1"}, {"r1"}, "block/relu1");
   conv("r1", "w2", "", "c2", "block/conv2", true);
-  b.node("Add", {"r0", "c2"}, {"s2"}, "block/Add");
+  b.node("Add", {"p0", "c2"}, {"s2"}, "block/Add");
   b.node("Relu", {"s2"}, {"r2"}, "block/relu2");
   conv("r2", "w3", "", "c3", "head/Conv", false);
   b.node("Relu", {"c3"}, {"r3"}, "head/Relu");
@@ -409,12 +457,12 @@ TEST(ConvEpilogueFusion, RewritesConvAddReluChains) {
   check("block/conv2", "relu", {"block/conv2", "block/Add", "block/relu2"}, 4, "r2");
   const Node& conv2 = *fused_nodes.at("block/conv2");
   EXPECT_LT(conv2.inputs[2], 0);  // no bias
-  EXPECT_EQ(g->values[conv2.inputs[3]].name, "r0");
+  EXPECT_EQ(g->values[conv2.inputs[3]].name, "p0");
   EXPECT_EQ(fused_nodes.at("block/conv2")->attrs.at("pads").ints, (std::vector<int64_t>{1, 1, 1, 1}));
   check("head/Conv", "none", {"head/Conv"}, 2, "c3");
   check("twice/Conv", "none", {"twice/Conv"}, 2, "c4");
-  // conv_channels_last: r0, r1 and r2 flow only into FusedConvs; c3 is a graph output and c4 has
-  // other readers, so they stay NCHW, as does the graph input x.
+  // conv_channels_last: r0 (through the MaxPool), p0, r1 and r2 flow only into FusedConvs; c3 is a
+  // graph output and c4 has other readers, so they stay NCHW, as does the graph input x.
   auto layout = [&](const std::string& name, const char* attr) {
     const auto& attrs = fused_nodes.at(name)->attrs;
     auto it = attrs.find(attr);
@@ -428,6 +476,8 @@ TEST(ConvEpilogueFusion, RewritesConvAddReluChains) {
                                                                 {"twice/Conv", {"nchw", "nchw", "nchw"}}};
   for (const auto& [name, layouts] : want)
     for (int i = 0; i < 3; ++i) EXPECT_EQ(layout(name, kAttrs[i]), layouts[i]) << name << " " << kAttrs[i];
+  for (const auto& n : g->nodes)
+    if (n.op_type == "MaxPool") EXPECT_EQ(n.attrs.at("layout").s, "nhwc");
   const Value& r1 = g->values[fused_nodes.at("block/conv1")->outputs[0]];
   ASSERT_TRUE(r1.shape.has_value());
   EXPECT_EQ(sym_shape_str(*r1.shape), sym_shape_str(from_shape(Shape{2, 11, 9, 6})));
