@@ -241,7 +241,8 @@ class VectorizedMaxPool final : public Kernel {
  public:
   VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool nhwc)
       : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), nhwc_(nhwc) {}
-  const char* impl_name() const override { return fast_ ? "vectorized" : "reference"; }
+  // "reference" once prepare() handed the current shapes to the reference kernel.
+  const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -262,6 +263,7 @@ class VectorizedMaxPool final : public Kernel {
         std::swap(g_.pad_begin[0], g_.pad_begin[1]);
       }
     }
+    use_ref_ = !fast_;
     return fast_ ? Status::Ok() : ref_->prepare(in, out);
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -339,7 +341,7 @@ class VectorizedMaxPool final : public Kernel {
   std::unique_ptr<Kernel> ref_;
   WindowAttrs w_;
   bool ceil_mode_, nhwc_;
-  bool fast_ = false;
+  bool fast_ = false, use_ref_ = false;
   WindowGeom g_;
 };
 
