@@ -9,7 +9,9 @@
 #include <random>
 
 #include "builder/build_plan.h"
+#include "builder/engine_writer.h"
 #include "onnx_model_builder.h"
+#include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
@@ -140,20 +142,42 @@ TEST(FusedConv, OnednnMatchesUnfusedReferenceAtAwkwardShapes) {
   }
 }
 
+// [N, C, H, W] <-> [N, H, W, C], written out here rather than taken from the code under test.
+Tensor to_nhwc(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w)
+          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
+  return o;
+}
+
 TEST(FusedConv, Bf16MatchesReferenceWithBf16Tolerance) {
   if (!(host_cpu_features() & kCpuAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   uint32_t seed = 900;
-  for (const auto& c : kCases) {
-    std::vector<Tensor> in{random_f32(c.x, seed++), random_f32(c.w, seed++), random_f32(Shape{c.w[0]}, seed++),
-                           random_f32(conv_out_shape(c), seed++)};
-    AttrMap attrs = conv_attrs(c);
-    attrs["activation"] = Attribute::String("relu");
-    const auto [got, impl] = fused(attrs, in, "onednn_bf16");
-    EXPECT_EQ(impl, "onednn_bf16");
-    // bf16 operands carry 8 significant bits: the error grows like sqrt(K) times 2^-8.
-    const double K = static_cast<double>(c.w.numel() / c.w[0]);
-    expect_close(got, unfused(conv_attrs(c), in, true), 8e-3 * std::sqrt(K), 1e-2, c.x.str() + " * " + c.w.str());
-  }
+  for (int nhwc = 0; nhwc < 2; ++nhwc)
+    for (const auto& c : kCases) {
+      if (nhwc && c.x.rank() != 4) continue;
+      const std::vector<Tensor> nchw{random_f32(c.x, seed++), random_f32(c.w, seed++), random_f32(Shape{c.w[0]}, seed++),
+                                     random_f32(conv_out_shape(c), seed++)};
+      std::vector<Tensor> in = nchw;
+      AttrMap attrs = conv_attrs(c);
+      attrs["activation"] = Attribute::String("relu");
+      if (nhwc) {
+        in[0] = to_nhwc(in[0]);
+        in[3] = to_nhwc(in[3]);
+        for (const char* a : {"x_layout", "residual_layout", "y_layout"}) attrs[a] = Attribute::String("nhwc");
+      }
+      const auto [got, impl] = fused(attrs, in, "onednn_bf16");
+      EXPECT_EQ(impl, "onednn_bf16");
+      // bf16 operands carry 8 significant bits: the error grows like sqrt(K) times 2^-8.
+      const double K = static_cast<double>(c.w.numel() / c.w[0]);
+      const Tensor want = unfused(conv_attrs(c), nchw, true);
+      expect_close(got, nhwc ? to_nhwc(want) : want, 8e-3 * std::sqrt(K), 1e-2,
+                   c.x.str() + " * " + c.w.str() + (nhwc ? " nhwc" : ""));
+    }
 }
 
 TEST(FusedConv, ZeroBatchAndRepreparedShapes) {
@@ -193,18 +217,6 @@ TEST(FusedConv, ResidualOfAnotherShapeIsAnError) {
   auto bad = KernelRegistry::builtin().create(args, {{"activation", Attribute::String("gelu")}}, "onednn");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("activation"), std::string::npos) << bad.status().message();
-}
-
-// [N, C, H, W] <-> [N, H, W, C], written out here rather than taken from the code under test.
-Tensor to_nhwc(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
-  return o;
 }
 
 TEST(FusedConv, ChannelsLastLayoutsMatchTheNchwReference) {
@@ -505,6 +517,55 @@ TEST(ConvEpilogueFusion, OnAndOffGiveTheSameOutputs) {
   for (size_t o = 0; o < nchw.size(); ++o)
     for (size_t i = 0; i < nchw[o].size(); ++i)
       EXPECT_NEAR(nchw[o][i], off[o][i], 1e-4 * (1.0 + std::abs(off[o][i]))) << "NCHW only: output " << o << " element " << i;
+}
+
+TEST(ConvEpilogueFusion, EngineFileKeepsFusedConvStepsAndOutputs) {
+  auto g = cnn_model().import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto built = build_plan(*g, {});
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  auto plan = std::const_pointer_cast<Plan>(*built);
+  plan->profile = "p";
+  EngineWriteInput w;
+  w.plans = {plan};
+  w.source_model = "cnn.onnx";
+  w.required_cpu_features = host_cpu_features() & (kCpuAvx2 | kCpuFma);
+  auto bytes = serialize_engine(w);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  auto engine = Engine::load_memory(bytes->data(), bytes->size());
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const Plan& loaded = *(*engine)->plan(0);
+  ASSERT_EQ(loaded.steps.size(), plan->steps.size());
+  int fused = 0;
+  for (size_t i = 0; i < loaded.steps.size(); ++i) {
+    const PlanStep& a = loaded.steps[i];
+    const PlanStep& b = plan->steps[i];
+    EXPECT_EQ(a.op_type, b.op_type);
+    EXPECT_EQ(a.replaced_nodes, b.replaced_nodes) << a.name;
+    if (a.op_type != "FusedConv") continue;
+    ++fused;
+    for (const char* attr : {"activation", "x_layout", "residual_layout", "y_layout", "pads"}) {
+      auto x = a.attrs.find(attr), y = b.attrs.find(attr);
+      ASSERT_EQ(x == a.attrs.end(), y == b.attrs.end()) << a.name << " " << attr;
+      if (x == a.attrs.end()) continue;
+      EXPECT_EQ(x->second.s, y->second.s) << a.name << " " << attr;
+      EXPECT_EQ(x->second.ints, y->second.ints) << a.name << " " << attr;
+    }
+  }
+  EXPECT_EQ(fused, 5);
+  const Tensor x = random_f32(Shape{2, 3, 11, 9}, 5);
+  std::vector<std::vector<float>> outs[2];
+  for (int from_file = 0; from_file < 2; ++from_file) {
+    auto ctx = from_file ? (*engine)->create_context("p") : ExecutionContext::create(plan);
+    ASSERT_TRUE(ctx.ok()) << ctx.status().message();
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    ASSERT_TRUE((*ctx)->run().ok());
+    for (int o = 0; o < 3; ++o) {
+      const TensorView& y = (*ctx)->output(o);
+      outs[from_file].emplace_back(y.as<float>(), y.as<float>() + y.numel());
+    }
+  }
+  EXPECT_EQ(outs[0], outs[1]);
 }
 
 }  // namespace
