@@ -46,6 +46,8 @@ Status shape_inference(Graph& g, PassContext& ctx);
 Status constant_folding(Graph& g, PassContext& ctx);
 Status attention_fusion(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
+Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
+Status conv_channels_last(Graph& g, PassContext& ctx);
 Status dead_node_elimination(Graph& g, PassContext& ctx);
 
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from

@@ -24,6 +24,15 @@ const std::vector<Pass>& pass_pipeline() {
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
        "exporter's own nodes, and after folding, which makes weights and GELU's scalars constants",
        matmul_epilogue_fusion},
+      {"conv_epilogue_fusion",
+       "turn each Conv with a constant weight, with the residual Add and Relu that follow it, into one FusedConv "
+       "(one oneDNN convolution with post-ops, weights prepacked once); after folding, which makes the weights "
+       "constants, and after shape inference, which proves the residual needs no broadcasting",
+       conv_epilogue_fusion},
+      {"conv_channels_last",
+       "keep the values flowing from FusedConv to FusedConv in NHWC, oneDNN's computing layout, so no reorder runs "
+       "between convolutions; after conv_epilogue_fusion, which creates the FusedConvs",
+       conv_channels_last},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };
   return passes;

@@ -1,9 +1,28 @@
-// float32 1-D/2-D Conv on oneDNN's convolution primitive. Activations stay plain NCHW (1-D runs as
-// NCHW with H=1). oneDNN picks the weight layout; when it differs from the plain one, the weights
-// are reordered into a buffer sized in prepare(). The reorder runs on every run(): the kernel
-// interface does not say whether the weights are constant, and a reorder is a small fraction of the
-// convolution's work. impl "onednn_bf16" (engines built with precision: bf16) converts the input to
-// bfloat16 and the weights to a bfloat16 blocked layout on every run; the output stays float32.
+// float32 1-D/2-D Conv and FusedConv on oneDNN's convolution primitive.
+//
+// FusedConv is a kiln-internal op written by builder/passes/conv_epilogue_fusion.cpp:
+//   Y = act(Conv(X, W, B) + residual)
+// with Conv's attributes, W a constant of the plan, B and residual optional inputs (residual of the
+// output's exact shape) and attribute activation "none" | "relu". It runs as ONE convolution: the
+// residual is a sum post-op and Relu an eltwise post-op. Attributes x_layout, residual_layout and
+// y_layout ("nchw" by default, or "nhwc" for 2-D: shape and data [N, H, W, C]) are set by
+// builder/passes/conv_channels_last.cpp on the values that flow from FusedConv to FusedConv.
+//
+// oneDNN's AVX-512 convolutions are several times faster on NHWC or blocked layouts than on NCHW,
+// so the primitive picks its own src/dst layouts and the kernel reorders around it where the
+// tensors' layouts differ: X into the primitive's layout, the residual into the primitive's output
+// (which the sum post-op then accumulates onto) and the result into Y's layout. Between
+// FusedConvs kept in NHWC no reorder runs at all.
+// FusedConv's W is reordered once into oneDNN's layout (onednn_packed_weights, shared by every
+// context running the plan): W being a plan constant is the op's contract. Plain Conv does not know
+// whether its W is constant, so it reorders W on every run (conv_epilogue_fusion turns every Conv
+// with a constant W into a FusedConv, leaving this path to computed weights).
+//
+// impl "onednn_bf16" (engines built with precision: bf16) converts X and W to bfloat16 in the same
+// reorders; accumulation and the output stay float32.
+#include <cstring>
+#include <tuple>
+
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
 
@@ -14,15 +33,157 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
+enum class ConvAct { kNone, kRelu };
+
+StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
+  if (s == "none") return ConvAct::kNone;
+  if (s == "relu") return ConvAct::kRelu;
+  return InvalidArgument("attribute 'activation' must be none or relu, got '" + s + "'");
+}
+
+// The span of the inner Conv's inputs (X, W and B when given) of a FusedConv.
+std::span<const TensorView> conv_inputs(std::span<const TensorView> in) { return in.subspan(0, std::min<size_t>(in.size(), 3)); }
+
+bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
+
+// What a FusedConv adds to Conv: the epilogue and the layout of X, the residual and Y. "nhwc"
+// (2-D only) means the tensor's shape and data are [N, H, W, C]: conv_channels_last keeps the
+// activations between convolutions in the layout oneDNN computes in, so no reorder runs there.
+struct FusedSpec {
+  ConvAct act = ConvAct::kNone;
+  bool x_nhwc = false, res_nhwc = false, y_nhwc = false;
+};
+
+StatusOr<bool> read_layout(AttrReader& attrs, const char* name) {
+  KILN_ASSIGN_OR_RETURN(std::string v, attrs.get_string(name, "nchw"));
+  if (v != "nchw" && v != "nhwc") return InvalidArgument(std::string("attribute '") + name + "' must be nchw or nhwc, got '" + v + "'");
+  return v == "nhwc";
+}
+
+Shape nhwc_to_nchw_shape(const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; }
+Shape nchw_to_nhwc_shape(const Shape& s) { return Shape{s[0], s[2], s[3], s[1]}; }
+
+// Copies float32 [N, A, B] into [N, B, A] (A = C and B = H*W converts NCHW to NHWC, and back).
+void swap_inner(const float* src, float* dst, int64_t n, int64_t a, int64_t b) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t x = 0; x < a; ++x)
+      for (int64_t y = 0; y < b; ++y) dst[(i * b + y) * a + x] = src[(i * a + x) * b + y];
+}
+
+// The reference: inputs converted to NCHW where they are NHWC, the reference Conv, the epilogue
+// element by element, and the output converted to NHWC if asked.
+class FusedConvReference final : public Kernel {
+ public:
+  FusedConvReference(std::unique_ptr<Kernel> conv, FusedSpec spec) : conv_(std::move(conv)), spec_(spec) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 4));
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    KILN_RETURN_IF_ERROR(conv_->infer(conv_inputs(views), out));
+    if (has_residual(in) && (views[3].dtype != out[0].dtype || views[3].shape != out[0].shape))
+      return InvalidArgument("input 3 (residual) must be " + dtype_name(out[0].dtype) + " " +
+                             (spec_.res_nhwc ? nchw_to_nhwc_shape(out[0].shape) : out[0].shape).str() +
+                             " like the convolution's output, got " + dtype_name(in[3].dtype) + " " + in[3].shape.str());
+    if (spec_.y_nhwc) out[0].shape = nchw_to_nhwc_shape(out[0].shape);
+    return Status::Ok();
+  }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    for (Tensor* t : {&x_tmp_, &res_tmp_, &y_tmp_}) *t = Tensor();
+    if (spec_.x_nhwc) {
+      KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, views[0].shape, "FusedConv input"));
+    }
+    if (spec_.res_nhwc && has_residual(in)) {
+      KILN_ASSIGN_OR_RETURN(res_tmp_, Tensor::try_zeros(DType::kFloat32, views[3].shape, "FusedConv residual"));
+    }
+    if (spec_.y_nhwc) {
+      KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, nhwc_to_nchw_shape(out[0].shape), "FusedConv output"));
+    }
+    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
+    return conv_->prepare(conv_inputs(with_temps(views)), std::span<const TensorView>(&y, 1));
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    const Shape& xs = views[0].shape;
+    if (spec_.x_nhwc) swap_inner(in[0].as<float>(), x_tmp_.as<float>(), xs[0], xs[2] * xs[3], xs[1]);
+    const bool res = has_residual(in), relu = spec_.act == ConvAct::kRelu;
+    if (res && spec_.res_nhwc) {
+      const Shape& rs = views[3].shape;
+      swap_inner(in[3].as<float>(), res_tmp_.as<float>(), rs[0], rs[2] * rs[3], rs[1]);
+    }
+    views = with_temps(views);
+    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
+    KILN_RETURN_IF_ERROR(conv_->run(conv_inputs(views), std::span<const TensorView>(&y, 1)));
+    const int64_t n = y.numel();
+    const TensorView* r = res ? &views[3] : nullptr;
+    if (y.dtype == DType::kFloat64) epilogue<double>(r, y, n, relu);
+    else epilogue<float>(r, y, n, relu);
+    if (spec_.y_nhwc) {
+      const Shape& ys = y.shape;
+      swap_inner(y.as<float>(), out[0].as<float>(), ys[0], ys[1], ys[2] * ys[3]);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // `in` with the NHWC tensors described as NCHW (shapes only: data still NHWC).
+  StatusOr<std::vector<TensorView>> nchw_views(std::span<const TensorView> in) const {
+    std::vector<TensorView> v(in.begin(), in.end());
+    for (int i : {0, 3}) {
+      if (i >= static_cast<int>(v.size()) || !v[i].present() || !(i == 0 ? spec_.x_nhwc : spec_.res_nhwc)) continue;
+      if (v[i].dtype != DType::kFloat32 || v[i].shape.rank() != 4)
+        return InvalidArgument("input " + std::to_string(i) + " is nhwc, which needs a float32 4-D tensor, got " +
+                               dtype_name(v[i].dtype) + " " + v[i].shape.str());
+      v[i].shape = nhwc_to_nchw_shape(v[i].shape);
+    }
+    return v;
+  }
+  // NCHW-described views pointing at the NCHW copies.
+  std::vector<TensorView> with_temps(std::vector<TensorView> v) const {
+    if (!x_tmp_.empty()) v[0] = x_tmp_.view();
+    if (!res_tmp_.empty() && v.size() > 3) v[3] = res_tmp_.view();
+    return v;
+  }
+  template <typename T>
+  static void epilogue(const TensorView* res, const TensorView& out, int64_t n, bool relu) {
+    T* y = out.as<T>();
+    const T* r = res ? res->as<T>() : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      T v = y[i];
+      if (r) v += r[i];
+      if (relu && v < 0) v = 0;
+      y[i] = v;
+    }
+  }
+
+  std::unique_ptr<Kernel> conv_;
+  FusedSpec spec_;
+  Tensor x_tmp_, res_tmp_, y_tmp_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& args, AttrReader& attrs, FusedSpec* spec) {
+  KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(spec->act, parse_conv_activation(name));
+  KILN_ASSIGN_OR_RETURN(spec->x_nhwc, read_layout(attrs, "x_layout"));
+  KILN_ASSIGN_OR_RETURN(spec->res_nhwc, read_layout(attrs, "residual_layout"));
+  KILN_ASSIGN_OR_RETURN(spec->y_nhwc, read_layout(attrs, "y_layout"));
+  KernelArgs conv = args;
+  conv.op_type = "Conv";
+  conv.num_inputs = std::min(args.num_inputs, 3);
+  KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(conv, attrs));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedConvReference>(std::move(ref), *spec));
+}
+
 class OnednnConvKernel final : public OnednnKernel {
  public:
-  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16)
-      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16) {}
+  // `fused`: a FusedConv (constant W, epilogue `act` and an optional residual).
+  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16, bool fused, FusedSpec spec)
+      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16), fused_(fused), spec_(spec) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : bf16_ ? "onednn_bf16" : "onednn"; }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& xs = in[0].shape;
+    const Shape xs = spec_.x_nhwc ? nhwc_to_nchw_shape(in[0].shape) : in[0].shape;
     const Shape& ws = in[1].shape;
     const int n = xs.rank() - 2;
     if (in[0].dtype != DType::kFloat32 || (n != 1 && n != 2) || xs.numel() == 0 || out[0].numel() == 0 ||
@@ -44,78 +205,137 @@ class OnednnConvKernel final : public OnednnKernel {
                                            : memory::dims{group_, M / group_, C / group_, kh, kw};
     const auto f32 = memory::data_type::f32;
     const auto cdt = bf16_ ? memory::data_type::bf16 : f32;
-    const memory::desc src_md(src_d, f32, tag::nchw), src_cmd(src_d, cdt, tag::nchw), dst_md(dst_d, f32, tag::nchw);
+    const auto layout = [](bool nhwc) { return nhwc ? tag::nhwc : tag::nchw; };
+    const memory::desc src_plain(src_d, f32, layout(spec_.x_nhwc)), dst_plain(dst_d, f32, layout(spec_.y_nhwc));
+    const memory::desc res_plain(dst_d, f32, layout(spec_.res_nhwc));
     const memory::desc wei_plain(wei_d, f32, group_ == 1 ? tag::oihw : tag::goihw);
-    const memory::desc wei_any(wei_d, cdt, tag::any);
     has_bias_ = in.size() > 2 && in[2].present();
+    has_res_ = fused_ && has_residual(in);
     const memory::desc bias_md = has_bias_ ? memory::desc({M}, f32, tag::x) : memory::desc();
 
+    dnnl::post_ops po;
+    if (has_res_) po.append_sum(1.0f);
+    if (spec_.act == ConvAct::kRelu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                               src_cmd, wei_any, bias_md, dst_md, strides, dil, pad_l, pad_r);
+    attr.set_post_ops(po);
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(src_d, cdt, tag::any),
+        memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any), strides, dil, pad_l, pad_r);
     const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
-    const memory::desc wei_md = pd.weights_desc();
+    const memory::desc wei_md = pd.weights_desc(), src_md = pd.src_desc(), dst_md = pd.dst_desc();
 
     conv_.reset();
-    reorder_.reset();
-    reordered_.reset();
-    if (wei_md != wei_plain) {
-      const dnnl::reorder::primitive_desc rpd(onednn_engine(), wei_plain, onednn_engine(), wei_md, attr);
-      reorder_.init(rpd, dnnl::reorder(rpd));
-      reorder_src_slot_ = reorder_.add_arg(DNNL_ARG_FROM, wei_plain);
-      const int dst_slot = reorder_.add_arg(DNNL_ARG_TO, wei_md);
-      reordered_ = aligned_alloc_shared(wei_md.get_size());
-      reorder_.bind(dst_slot, reordered_.get());
+    wei_convert_ = OnednnConvert();
+    packed_.reset();
+    if (fused_) {
+      KILN_ASSIGN_OR_RETURN(packed_, onednn_packed_weights(in[1].data, wei_plain, wei_md));
+    } else {
+      KILN_RETURN_IF_ERROR(wei_convert_.build(wei_plain, wei_md));
     }
+    KILN_RETURN_IF_ERROR(src_convert_.build(src_plain, src_md));
+    blocked_dst_.reset();
+    dst_out_.reset();
+    res_in_.reset();
+    if (dst_md != dst_plain) {
+      blocked_dst_ = aligned_alloc_shared(dst_md.get_size());
+      dst_out_slot_ = init_reorder(dst_out_, dst_md, dst_plain, blocked_dst_.get(), nullptr).second;
+    }
+    // A residual already in the output's layout is copied on this thread: a reorder primitive would
+    // wake the OpenMP workers for a copy that memory bandwidth bounds anyway.
+    copy_res_ = has_res_ && res_plain == dst_md && !blocked_dst_;
+    if (has_res_ && !copy_res_) {
+      std::tie(res_slot_, res_dst_slot_) = init_reorder(res_in_, res_plain, dst_md, nullptr, blocked_dst_.get());
+    }
+
     conv_.init(pd, dnnl::convolution_forward(pd));
-    src_slot_ = conv_.add_arg(DNNL_ARG_SRC, src_cmd);
-    KILN_RETURN_IF_ERROR(src_convert_.build(src_md, src_cmd));
+    src_slot_ = conv_.add_arg(DNNL_ARG_SRC, src_md);
     wei_slot_ = conv_.add_arg(DNNL_ARG_WEIGHTS, wei_md);
+    if (packed_) conv_.bind(wei_slot_, packed_.get());
     dst_slot_ = conv_.add_arg(DNNL_ARG_DST, dst_md);
+    if (blocked_dst_) conv_.bind(dst_slot_, blocked_dst_.get());
     if (has_bias_) bias_slot_ = conv_.add_arg(DNNL_ARG_BIAS, bias_md);
     return true;
   }
 
   Status execute(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (reorder_.ready()) {
-      reorder_.bind(reorder_src_slot_, in[1].data);
-      KILN_RETURN_IF_ERROR(reorder_.execute(stream_));
-      conv_.bind(wei_slot_, reordered_.get());
-    } else {
-      conv_.bind(wei_slot_, in[1].data);
+    if (!packed_) {
+      KILN_ASSIGN_OR_RETURN(const void* w, wei_convert_.run(in[1].data, stream_));
+      conv_.bind(wei_slot_, w);
     }
     KILN_ASSIGN_OR_RETURN(const void* src, src_convert_.run(in[0].data, stream_));
     conv_.bind(src_slot_, src);
-    conv_.bind(dst_slot_, out[0].data);
+    if (!blocked_dst_) conv_.bind(dst_slot_, out[0].data);
+    // The sum post-op accumulates onto what the destination holds: the residual.
+    if (copy_res_) {
+      std::memcpy(out[0].data, in[3].data, in[3].nbytes());
+    } else if (has_res_) {
+      res_in_.bind(res_slot_, in[3].data);
+      if (!blocked_dst_) res_in_.bind(res_dst_slot_, out[0].data);
+      KILN_RETURN_IF_ERROR(res_in_.execute(stream_));
+    }
     if (has_bias_) conv_.bind(bias_slot_, in[2].data);
-    return conv_.execute(stream_);
+    KILN_RETURN_IF_ERROR(conv_.execute(stream_));
+    if (!blocked_dst_) return Status::Ok();
+    dst_out_.bind(dst_out_slot_, out[0].data);
+    return dst_out_.execute(stream_);
   }
 
  private:
+  // A reorder `from` -> `to`; returns its (from, to) slots, of which the null pointers are bound
+  // per run.
+  static std::pair<int, int> init_reorder(OnednnExec& r, const memory::desc& from, const memory::desc& to,
+                                          void* from_data, void* to_data) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::reorder::primitive_desc rpd(onednn_engine(), from, onednn_engine(), to, attr);
+    r.init(rpd, dnnl::reorder(rpd));
+    const int from_slot = r.add_arg(DNNL_ARG_FROM, from), to_slot = r.add_arg(DNNL_ARG_TO, to);
+    if (from_data) r.bind(from_slot, from_data);
+    if (to_data) r.bind(to_slot, to_data);
+    return {from_slot, to_slot};
+  }
+
   WindowAttrs w_;
   int64_t group_;
-  bool bf16_;
-  bool has_bias_ = false;
-  OnednnConvert src_convert_;
-  OnednnExec conv_, reorder_;
-  std::shared_ptr<void> reordered_;
-  int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, reorder_src_slot_ = 0;
+  bool bf16_, fused_;
+  FusedSpec spec_;
+  bool has_bias_ = false, has_res_ = false, copy_res_ = false;
+  std::shared_ptr<void> packed_, blocked_dst_;
+  OnednnConvert src_convert_, wei_convert_;
+  OnednnExec conv_, dst_out_, res_in_;
+  int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, dst_out_slot_ = 0, res_slot_ = 0, res_dst_slot_ = 0;
 };
+
+KernelFactory onednn_factory(bool bf16, bool fused) {
+  return [bf16, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+    FusedSpec spec;
+    std::unique_ptr<Kernel> ref;
+    if (fused) {
+      KILN_ASSIGN_OR_RETURN(ref, make_reference_fused_conv(args, attrs, &spec));
+    } else {
+      KILN_ASSIGN_OR_RETURN(ref, make_reference_conv(args, attrs));
+    }
+    WindowAttrs w;
+    KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+    KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
+    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16, fused, spec));
+  };
+}
 
 }  // namespace
 
 void register_onednn_conv_kernels(KernelRegistry& r) {
+  r.add({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
+           FusedSpec spec;
+           return make_reference_fused_conv(args, attrs, &spec);
+         }});
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
-  for (bool bf16 : {false, true})
-    r.add({"Conv", bf16 ? "onednn_bf16" : "onednn", bf16 ? 5 : 10,
-           [bf16](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
-             KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(args, attrs));
-             WindowAttrs w;
-             KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-             KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-             return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16));
-           }});
+  for (bool fused : {false, true}) {
+    const char* op = fused ? "FusedConv" : "Conv";
+    r.add({op, "onednn", 10, onednn_factory(false, fused)});
+    r.add({op, "onednn_bf16", 5, onednn_factory(true, fused)});
+  }
 }
 
 }  // namespace kiln
