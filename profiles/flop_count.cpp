@@ -73,7 +73,7 @@ FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::
     return {2.0 * static_cast<double>(K) * numel(y)};
   }
   // Conv: W is [Cout, Cin/group, k...]; each output element is a dot product over one filter.
-  if (op == "Conv") {
+  if (op == "Conv" || op == "FusedConv") {  // FusedConv (conv_epilogue_fusion): inputs X, W, ...; epilogue not counted
     if (w.shape.rank() == 0 || w.shape[0] == 0) return {};
     return {2.0 * numel(y) * numel(w) / static_cast<double>(w.shape[0])};
   }

@@ -145,11 +145,11 @@ def main():
         elif [l["ms"] for l in layers] != sorted((l["ms"] for l in layers), reverse=True):
             problems.append("layers are not slowest first")
         by_op = pr.get("by_op_type")
-        if not (isinstance(by_op, dict) and {"FusedMatMul", "Conv"} <= set(by_op) and all(v >= 0 for v in by_op.values())):
+        if not (isinstance(by_op, dict) and {"FusedMatMul", "FusedConv"} <= set(by_op) and all(v >= 0 for v in by_op.values())):
             problems.append(f"by_op_type {by_op!r}")
         gflop_by_op = pr.get("gflop_by_op_type", {})
         # matmul_epilogue_fusion turns the MatMul and the Gemm (constant weights) into FusedMatMuls.
-        want = {"FusedMatMul": 1024e-9 + 512e-9, "Conv": 96e-9}
+        want = {"FusedMatMul": 1024e-9 + 512e-9, "FusedConv": 96e-9}  # and the Conv a FusedConv
         if set(gflop_by_op) != set(want) or any(abs(gflop_by_op[k] - v) > 1e-12 for k, v in want.items()):
             problems.append(f"gflop_by_op_type {gflop_by_op!r} != {want}")
     res.record("[report] engine-build layers, gflop, gflops_per_s, peak_fraction", problems)
