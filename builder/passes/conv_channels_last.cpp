@@ -31,7 +31,8 @@ bool is_2d_max_pool(const Node& n) {
 
 Status conv_channels_last(Graph& g, PassContext& ctx) {
   std::set<int> outputs(g.outputs.begin(), g.outputs.end());
-  // Values produced by a 2-D FusedConv: candidates until a reader that is not one rules them out.
+  // Values produced by a 2-D FusedConv or MaxPool: candidates until a reader that cannot take NHWC
+  // rules them out. NHWC thus only ever starts at a FusedConv, so it is always float32.
   std::set<int> nhwc;
   for (const auto& n : g.nodes)
     if ((is_2d_fused_conv(g, n) || is_2d_max_pool(n)) && !outputs.count(n.outputs[0])) nhwc.insert(n.outputs[0]);

@@ -519,6 +519,42 @@ TEST(ConvEpilogueFusion, OnAndOffGiveTheSameOutputs) {
       EXPECT_NEAR(nchw[o][i], off[o][i], 1e-4 * (1.0 + std::abs(off[o][i]))) << "NCHW only: output " << o << " element " << i;
 }
 
+// A broadcasting Add after a Conv is not a residual the kernel can take: the Conv fuses alone and
+// the Add and the Relu after it stay, with the same outputs as the unfused graph.
+TEST(ConvEpilogueFusion, BroadcastingAddIsNotFused) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{4}});
+  b.input("r", DType::kFloat32, {int64_t{3}, int64_t{1}, int64_t{1}});
+  const Tensor w = random_f32(Shape{3, 2, 3, 3}, 1);
+  b.initializer_f("w", std::vector<float>(w.as<float>(), w.as<float>() + w.numel()), {3, 2, 3, 3});
+  b.node("Conv", {"x", "w"}, {"c"}, "conv");
+  b.node("Add", {"c", "r"}, {"s"}, "add");
+  b.node("Relu", {"s"}, {"y"}, "relu");
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const Tensor x = random_f32(Shape{1, 2, 5, 4}, 2), r = random_f32(Shape{3, 1, 1}, 3);
+  std::vector<float> results[2];
+  for (int off = 0; off < 2; ++off) {
+    BuildOptions opts;
+    if (off) opts.disabled_passes = {"conv_epilogue_fusion"};
+    auto plan = build_plan(*g, opts);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    std::vector<std::string> ops;
+    for (const auto& st : (*plan)->steps) ops.push_back(st.op_type);
+    EXPECT_EQ(ops, (std::vector<std::string>{off ? "Conv" : "FusedConv", "Add", "Relu"}));
+    auto ctx = ExecutionContext::create(*plan);
+    ASSERT_TRUE(ctx.ok());
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    ASSERT_TRUE((*ctx)->set_input("r", r.view()).ok());
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView& y = (*ctx)->output(0);
+    results[off].assign(y.as<float>(), y.as<float>() + y.numel());
+  }
+  ASSERT_EQ(results[0].size(), 18u);  // [1, 3, 3, 2]
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_NEAR(results[0][i], results[1][i], 1e-5);
+}
+
 TEST(ConvEpilogueFusion, EngineFileKeepsFusedConvStepsAndOutputs) {
   auto g = cnn_model().import();
   ASSERT_TRUE(g.ok()) << g.status().message();
