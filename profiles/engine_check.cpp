@@ -184,7 +184,8 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
   os << "], \"precision\": " << json_string(cfg.precision) << ", \"build_seconds\": " << fmt(build_seconds) << "},\n";
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   os << "  \"machine\": {\"hardware_threads\": " << std::thread::hardware_concurrency() << ", \"omp_threads\": " << omp_get_max_threads()
-     << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default");
+     << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default")
+     << ", \"gomp_spincount\": " << json_string(std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "default");
   if (matmul_peak_gflops > 0) os << ", \"matmul_peak_gflops_f32\": " << fmt(matmul_peak_gflops);
   os << "},\n";
   os << "  \"fusions\": {\"attention\": {";
