@@ -100,6 +100,9 @@ StatusOr<TimingCache> TimingCache::load(const std::string& path) {
 
 Status TimingCache::save(const std::string& path) const {
   const std::string tmp = path + ".tmp";
+  std::error_code dir_ec;
+  if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) std::filesystem::create_directories(dir, dir_ec);
+  if (dir_ec) return IoError("cannot create the folder of timing cache '" + path + "': " + dir_ec.message());
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << "# kiln timing cache: tactic choices, KEY<TAB>IMPL (KEY = op|candidates|inputs|attributes|threads|cpu)\n";

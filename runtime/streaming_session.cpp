@@ -179,8 +179,7 @@ Status StreamingSession::bind_state(ExecutionContext& ctx, uint64_t* copied, boo
   return Status::Ok();
 }
 
-int64_t StreamingSession::new_rows_of(const ExecutionContext& ctx, std::span<const std::pair<std::string, TensorView>> inputs) const {
-  (void)ctx;
+int64_t StreamingSession::new_rows_of(std::span<const std::pair<std::string, TensorView>> inputs) const {
   for (const auto& [name, view] : inputs)
     for (const auto& [tname, axis] : timestep_axes_)
       if (tname == name && axis.first >= 0 && axis.first < view.shape.rank() && axis.second > 0)
@@ -222,7 +221,7 @@ Status StreamingSession::step(std::span<const std::pair<std::string, TensorView>
     if (name == spec_.mask_input) return InvalidArgument("streaming: input '" + name + "' is the mask; the session generates it");
     if (Status st = ctx.set_input(name, view); !st.ok()) return st.with_context(where());
   }
-  const int64_t new_rows = new_rows_of(ctx, inputs);
+  const int64_t new_rows = new_rows_of(inputs);
   uint64_t copied = 0;
   KILN_RETURN_IF_ERROR(reserve(rows_ + new_rows, &copied));
   bool in_place = true;

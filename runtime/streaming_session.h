@@ -77,7 +77,7 @@ class StreamingSession {
   Status reallocate(int64_t capacity, const std::vector<TensorView>& sources, int64_t rows, uint64_t* copied);
   Status bind_state(ExecutionContext& ctx, uint64_t* copied, bool* in_place);
   Status fill_mask(ExecutionContext& ctx, int64_t new_rows);
-  int64_t new_rows_of(const ExecutionContext& ctx, std::span<const std::pair<std::string, TensorView>> inputs) const;
+  int64_t new_rows_of(std::span<const std::pair<std::string, TensorView>> inputs) const;
 
   std::shared_ptr<const Engine> engine_;
   StreamingSpec spec_;

@@ -48,7 +48,7 @@ class Tactics : public ::testing::Test {
 
   StatusOr<TacticLog> build(const std::string& engine_name) {
     const std::string yaml = "model: model.onnx\noutput: " + engine_name +
-                             "\nprofiles: {p: {dims: {n: {min: 1, opt: 37, max: 64}}}}\ntactics: {timing_cache: tc.cache}\n";
+                             "\nprofiles: {p: {dims: {n: {min: 1, opt: 37, max: 64}}}}\ntactics: {timing_cache: cache/tc.cache}\n";
     KILN_ASSIGN_OR_RETURN(BuildConfig cfg, parse_build_config(yaml, (dir_ / "build.yaml").string()));
     KILN_ASSIGN_OR_RETURN(TimingCache cache, TimingCache::load(cfg.timing_cache));
     TacticLog log;
@@ -93,18 +93,18 @@ TEST_F(Tactics, TimesCandidatesRecordsChoicesAndRebuildsIdenticallyFromTheCache)
 TEST_F(Tactics, TheCacheDecidesAndAMalformedCacheIsAnError) {
   ASSERT_TRUE(build("a.engine").ok());
   // Rewrite every choice to "reference": the next build must follow the cache, not re-time.
-  std::string text = read_all(dir_ / "tc.cache"), out;
+  std::string text = read_all(dir_ / "cache" / "tc.cache"), out;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) out += line[0] == '#' ? line + "\n" : line.substr(0, line.rfind('\t')) + "\treference\n";
-  std::ofstream(dir_ / "tc.cache") << out;
+  std::ofstream(dir_ / "cache" / "tc.cache") << out;
   auto forced = build("c.engine");
   ASSERT_TRUE(forced.ok()) << forced.status().message();
   for (const auto& d : forced->at("p")) EXPECT_EQ(d.chosen, "reference") << d.node;
 
-  std::ofstream(dir_ / "tc.cache") << "# header\nno tab on this line\n";
+  std::ofstream(dir_ / "cache" / "tc.cache") << "# header\nno tab on this line\n";
   auto bad = build("d.engine");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("tc.cache' line 2"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("cache/tc.cache' line 2"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
