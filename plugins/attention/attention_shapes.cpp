@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -142,6 +143,28 @@ void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> i
   const int64_t unit = bsd ? g.H * g.Dh : g.Dh;
   const size_t cache_seg = static_cast<size_t>(g.Sc * unit), new_seg = static_cast<size_t>(g.Sk_new * unit);
   const size_t out_seg = cache_seg + new_seg;
+  const bool any_in_place = in[kKCache].data == out[1].data || in[kKCache + 1].data == out[2].data;
+  if (!any_in_place && 2 * outer * out_seg * sizeof(float) >= (size_t{1} << 20)) {
+    // Separate buffers (a profile run: the caller's cache is copied into the K/V outputs): one
+    // core's memcpy does not reach the memory bandwidth, so split the copy into chunks over the
+    // thread pool. Task = (K or V, block, chunk of the cache segment, or the new rows).
+    constexpr size_t kChunk = size_t{1} << 15;  // floats
+    const int64_t per_block = static_cast<int64_t>((cache_seg + kChunk - 1) / kChunk) + 1;
+    const int64_t tasks = 2 * outer * per_block;
+#pragma omp parallel for schedule(static)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int t = static_cast<int>(task / (outer * per_block));
+      const int64_t o = task / per_block % outer, c = task % per_block;
+      float* d = out[1 + t].as<float>() + o * out_seg;
+      if (c == per_block - 1) {
+        if (new_seg) std::memcpy(d + cache_seg, in[kK + t].as<const float>() + o * new_seg, new_seg * sizeof(float));
+      } else {
+        const size_t begin = static_cast<size_t>(c) * kChunk, n = std::min(kChunk, cache_seg - begin);
+        std::memcpy(d + begin, in[kKCache + t].as<const float>() + o * cache_seg + begin, n * sizeof(float));
+      }
+    }
+    return;
+  }
   for (int t = 0; t < 2; ++t) {
     const float* cache = in[kKCache + t].as<const float>();
     const float* fresh = in[kK + t].as<const float>();
