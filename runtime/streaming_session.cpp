@@ -1,8 +1,12 @@
 #include "runtime/streaming_session.h"
 
+#include <numeric>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
+
+#include "runtime/mirrored_buffer.h"
 
 namespace kiln {
 
@@ -85,8 +89,9 @@ StatusOr<std::unique_ptr<StreamingSession>> StreamingSession::create(std::shared
   // Twice the window plus room for the new rows: the window slides through it and is compacted
   // to the front once every max_steps steps.
   uint64_t unused = 0;
-  std::vector<TensorView> none(s->states_.size());
-  KILN_RETURN_IF_ERROR(s->reallocate(2 * window + 2 * spec.tokens_per_step, none, 0, &unused));
+  // Room for the window plus a cold start or step's new rows; without mirrored slabs, twice the
+  // window, so compaction happens at most once per max_steps steps.
+  KILN_RETURN_IF_ERROR(s->reallocate(window + 2 * spec.tokens_per_step, std::vector<Rows>(s->states_.size(), Rows{nullptr, 0}), 0, &unused));
   return s;
 }
 
@@ -99,59 +104,78 @@ StatusOr<std::unique_ptr<StreamingSession>> StreamingSession::create(std::shared
 
 uint64_t StreamingSession::state_buffer_bytes() const {
   uint64_t total = 0;
-  for (const State& st : states_) total += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(pitch(st));
+  for (const State& st : states_) total += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(capacity_) * st.row_bytes;
   return total;
 }
 
 void StreamingSession::reset(bool scrub) {
   if (scrub)
-    for (const State& st : states_) {
-      const size_t bytes = static_cast<size_t>(st.slabs) * static_cast<size_t>(pitch(st));
-      if (st.dtype == DType::kFloat32) std::fill_n(static_cast<float*>(st.buffer.get()), bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
-      else std::memset(st.buffer.get(), 0, bytes);
-    }
+    for (const State& st : states_)
+      for (int64_t k = 0; k < st.slabs; ++k) {
+        const size_t bytes = static_cast<size_t>(capacity_) * st.row_bytes;
+        if (st.dtype == DType::kFloat32) std::fill_n(reinterpret_cast<float*>(row(st, k, 0)), bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+        else std::memset(row(st, k, 0), 0, bytes);
+      }
   start_ = rows_ = steps_ = 0;
   last_ = nullptr;
   stats_ = StreamingStepStats{};
 }
 
-// Makes room for rows [start_, start_ + rows_needed) in every state buffer: compacts the live rows
-// to the front when they fit there, else grows the buffers. Both count as copied bytes.
+// Makes room for rows [start_, start_ + rows_needed) in every state buffer. Mirrored slabs only
+// wrap the start. Otherwise the live rows are compacted to the front when they fit there, else the
+// buffers grow; both count as copied bytes.
 Status StreamingSession::reserve(int64_t rows_needed, uint64_t* copied) {
-  if (capacity_ > 0 && start_ + rows_needed <= capacity_) return Status::Ok();
-  if (capacity_ > 0 && rows_needed <= capacity_) {
+  if (mirrored_ && rows_needed <= capacity_) {
+    start_ %= capacity_;
+    return Status::Ok();
+  }
+  if (!mirrored_ && start_ + rows_needed <= capacity_) return Status::Ok();
+  if (!mirrored_ && rows_needed <= capacity_) {
     for (State& st : states_)
       for (int64_t k = 0; k < st.slabs; ++k) std::memmove(row(st, k, 0), row(st, k, start_), static_cast<size_t>(rows_) * st.row_bytes);
     for (const State& st : states_) *copied += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(rows_) * st.row_bytes;
     start_ = 0;
     return Status::Ok();
   }
-  std::vector<TensorView> live;
-  for (const State& st : states_) live.push_back(TensorView{st.buffer ? row(st, 0, start_) : nullptr, st.dtype, st.shape(rows_)});
-  return reallocate(std::max(rows_needed, 2 * capacity_), live, capacity_ > 0 ? rows_ : 0, copied);
+  std::vector<Rows> live;
+  for (const State& st : states_) live.push_back(Rows{row(st, 0, start_), pitch(st)});
+  return reallocate(std::max(rows_needed, 2 * capacity_), live, rows_, copied);
 }
 
-// New buffers of `capacity` rows per slab, holding `rows` rows copied from `sources` (one per
-// state, laid out with the old pitch when they are the old buffers, contiguous otherwise).
-Status StreamingSession::reallocate(int64_t capacity, const std::vector<TensorView>& sources, int64_t rows, uint64_t* copied) {
-  const int64_t old_capacity = capacity_;
+// New buffers of at least `capacity` rows per slab holding `rows` rows copied from `sources`.
+// Mirrored slabs when the system maps them (capacity rounded up to whole pages per slab).
+Status StreamingSession::reallocate(int64_t capacity, const std::vector<Rows>& sources, int64_t rows, uint64_t* copied) {
+  const size_t page = mirror_page_bytes();
+  int64_t unit = 1;  // rows that make a whole number of pages in every state
+  for (const State& st : states_) unit = std::lcm(unit, static_cast<int64_t>(page / std::gcd(page, st.row_bytes)));
+  const int64_t mirrored_capacity = (capacity + unit - 1) / unit * unit;
+  std::vector<std::shared_ptr<void>> fresh;
+  for (const State& st : states_) {
+    fresh.push_back(alloc_mirrored_slabs(static_cast<size_t>(st.slabs), static_cast<size_t>(mirrored_capacity) * st.row_bytes));
+    if (!fresh.back()) break;
+  }
+  const bool mirrored = fresh.size() == states_.size() && fresh.back() != nullptr;
+  if (!mirrored) {
+    fresh.clear();
+    for (const State& st : states_) {
+      const int64_t row_elems = static_cast<int64_t>(st.row_bytes / dtype_size(st.dtype));
+      auto bytes = checked_nbytes(st.dtype, Shape{st.slabs, capacity, row_elems}, "streaming state '" + st.spec.output + "'");
+      if (!bytes.ok()) return bytes.status();
+      fresh.push_back(aligned_alloc_shared(static_cast<size_t>(*bytes)));
+      if (!fresh.back()) return ResourceExhausted("streaming state '" + st.spec.output + "': cannot allocate " + std::to_string(*bytes) + " bytes");
+    }
+  }
+  const int64_t new_capacity = mirrored ? mirrored_capacity : capacity;
   for (size_t i = 0; i < states_.size(); ++i) {
     State& st = states_[i];
-    const int64_t row_elems = static_cast<int64_t>(st.row_bytes / dtype_size(st.dtype));
-    auto bytes = checked_nbytes(st.dtype, Shape{st.slabs, capacity, row_elems}, "streaming state '" + st.spec.output + "'");
-    if (!bytes.ok()) return bytes.status();
-    std::shared_ptr<void> fresh = aligned_alloc_shared(static_cast<size_t>(*bytes));
-    if (!fresh) return ResourceExhausted("streaming state '" + st.spec.output + "': cannot allocate " + std::to_string(*bytes) + " bytes");
-    const bool from_old = sources[i].data && sources[i].data >= st.buffer.get() &&
-                          static_cast<char*>(sources[i].data) < static_cast<char*>(st.buffer.get()) + st.slabs * old_capacity * static_cast<int64_t>(st.row_bytes);
-    const int64_t src_pitch = from_old ? old_capacity * static_cast<int64_t>(st.row_bytes) : rows * static_cast<int64_t>(st.row_bytes);
-    for (int64_t k = 0; k < st.slabs && rows > 0; ++k)
-      std::memcpy(static_cast<char*>(fresh.get()) + k * capacity * static_cast<int64_t>(st.row_bytes),
-                  static_cast<const char*>(sources[i].data) + k * src_pitch, static_cast<size_t>(rows) * st.row_bytes);
-    *copied += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(std::max<int64_t>(rows, 0)) * st.row_bytes;
-    st.buffer = std::move(fresh);
+    const int64_t new_pitch = (mirrored ? 2 : 1) * new_capacity * static_cast<int64_t>(st.row_bytes);
+    for (int64_t k = 0; k < st.slabs && rows > 0 && sources[i].data; ++k)
+      std::memcpy(static_cast<char*>(fresh[i].get()) + k * new_pitch, sources[i].data + k * sources[i].pitch, static_cast<size_t>(rows) * st.row_bytes);
+    if (sources[i].data) *copied += static_cast<uint64_t>(st.slabs) * static_cast<uint64_t>(std::max<int64_t>(rows, 0)) * st.row_bytes;
+    st.buffer = std::move(fresh[i]);
   }
-  capacity_ = capacity;
+  capacity_ = new_capacity;
+  mirrored_ = mirrored;
   start_ = 0;
   return Status::Ok();
 }
@@ -174,7 +198,7 @@ Status StreamingSession::bind_state(ExecutionContext& ctx, uint64_t* copied, boo
       s = ctx.set_input(st.spec.input, st.fallback.view());
     }
     KILN_RETURN_IF_ERROR(s);
-    KILN_RETURN_IF_ERROR(ctx.bind_state_output(st.spec.output, row(st, 0, start_), st.spec.axis, pitch(st), capacity_ - start_));
+    KILN_RETURN_IF_ERROR(ctx.bind_state_output(st.spec.output, row(st, 0, start_), st.spec.axis, pitch(st), mirrored_ ? capacity_ : capacity_ - start_));
   }
   return Status::Ok();
 }
@@ -255,10 +279,15 @@ Status StreamingSession::step(std::span<const std::pair<std::string, TensorView>
   if (overflowed) {
     // More rows than the inputs suggested did not fit: the outputs are contiguous in the context;
     // move every state into larger buffers (the ones that did fit were copied into the old ones).
-    for (size_t i = 0; i < states_.size(); ++i)
-      if (!ctx.state_output_overflowed(states_[i].spec.output))
-        outs[i] = TensorView{row(states_[i], 0, start_), states_[i].dtype, states_[i].shape(out_rows)};
-    KILN_RETURN_IF_ERROR(reallocate(2 * (out_rows + spec_.tokens_per_step), outs, out_rows, &copied));
+    std::vector<Rows> sources;
+    for (size_t i = 0; i < states_.size(); ++i) {
+      const State& st = states_[i];
+      if (ctx.state_output_overflowed(st.spec.output))
+        sources.push_back(Rows{static_cast<const char*>(outs[i].data), out_rows * static_cast<int64_t>(st.row_bytes)});
+      else
+        sources.push_back(Rows{row(st, 0, start_), pitch(st)});
+    }
+    KILN_RETURN_IF_ERROR(reallocate(2 * (out_rows + spec_.tokens_per_step), sources, out_rows, &copied));
     in_place = false;
   }
   if (out_rows < rows_) return InvalidArgument("streaming: state shrank from " + std::to_string(rows_) + " to " + std::to_string(out_rows) + " rows");

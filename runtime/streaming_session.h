@@ -6,10 +6,11 @@
 // The session owns one buffer per state, laid out as slabs with room to grow along the state axis,
 // and both profiles' contexts read and write those buffers in place (ExecutionContext::
 // set_state_input / bind_state_output): nothing is copied between profiles, the attention plugin
-// appends the new K/V rows in place, and the window slides by moving a start offset. Rows are
-// compacted to the front only when the room runs out, which with a buffer of twice the window
-// costs one step's worth of rows per step on average. state_bytes_copied counts every byte moved
-// for state outside the model's own computation.
+// appends the new K/V rows in place, and the window slides by moving a start offset. Each slab is
+// a ring mapped twice in a row (runtime/mirrored_buffer.h), so the window stays contiguous when it
+// wraps and no row ever moves; where such mappings are unavailable, the live rows are compacted to
+// the front when the room runs out (a buffer of twice the window: one step's rows per step on
+// average). state_bytes_copied counts every byte moved for state outside the model's computation.
 #pragma once
 
 #include <memory>
@@ -51,6 +52,8 @@ class StreamingSession {
   int64_t cached_rows() const { return rows_; }
   int64_t steps_run() const { return steps_; }
   uint64_t state_buffer_bytes() const;
+  // Whether the state buffers are double-mapped rings (then sliding never copies a row).
+  bool ring_buffers() const { return mirrored_; }
   // The next step is a cold start again. `scrub` also fills the state buffers with NaN (float
   // states) or zeros, so a check comparing two runs cannot pass on stale rows of the first.
   void reset(bool scrub = false);
@@ -69,12 +72,15 @@ class StreamingSession {
   };
 
   StreamingSession() = default;
-  int64_t pitch(const State& st) const { return capacity_ * static_cast<int64_t>(st.row_bytes); }
+  // Slab stride: a mirrored slab takes twice its bytes of address space.
+  int64_t pitch(const State& st) const { return (mirrored_ ? 2 : 1) * capacity_ * static_cast<int64_t>(st.row_bytes); }
   char* row(const State& st, int64_t slab, int64_t r) const {
     return static_cast<char*>(st.buffer.get()) + slab * pitch(st) + r * static_cast<int64_t>(st.row_bytes);
   }
   Status reserve(int64_t rows_needed, uint64_t* copied);
-  Status reallocate(int64_t capacity, const std::vector<TensorView>& sources, int64_t rows, uint64_t* copied);
+  // Rows of a state to carry over into new buffers: the first row of slab 0 and the slab stride.
+  struct Rows { const char* data; int64_t pitch; };
+  Status reallocate(int64_t capacity, const std::vector<Rows>& sources, int64_t rows, uint64_t* copied);
   Status bind_state(ExecutionContext& ctx, uint64_t* copied, bool* in_place);
   Status fill_mask(ExecutionContext& ctx, int64_t new_rows);
   int64_t new_rows_of(std::span<const std::pair<std::string, TensorView>> inputs) const;
@@ -89,6 +95,7 @@ class StreamingSession {
   Tensor mask_;
   std::vector<TensorView> outs_scratch_;   // per state: its output view of the last step
   int64_t capacity_ = 0;   // rows per slab of every state buffer
+  bool mirrored_ = false;  // slabs are double-mapped rings (no compaction ever)
   int64_t start_ = 0, rows_ = 0, steps_ = 0;   // the live window is rows [start_, start_ + rows_)
   ExecutionContext* last_ = nullptr;
   StreamingStepStats stats_;
