@@ -6,6 +6,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev libyaml-cpp-dev libspdlog-dev
   libbenchmark-dev libgtest-dev libdnnl-dev
+  ocl-icd-opencl-dev opencl-c-headers  # dnnl-config.cmake (Debian's libdnnl-dev) finds OpenCL
   python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
 )
 missing=()
