@@ -72,7 +72,20 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
   const int slots = omp_get_max_threads();
   Params pb = p;
   pb.precision = attention::Precision::kBf16;
-  std::vector<char> ws(attention::workspace_bytes(pb, g, slots));
+  // The same block-causal visibility as a bool [Sq, Sk] mask input, as the ControlTransformer's
+  // fused attention receives it.
+  Params pm = p, pmb = pb;
+  pm.mask = pmb.mask = MaskKind::kBool;
+  Tensor mask = Tensor::zeros(DType::kBool, Shape{g.Sq, g.Sk_total()});
+  for (int64_t i = 0; i < g.Sq; ++i)
+    for (int64_t j = 0; j < g.Sk_total(); ++j)
+      mask.as<bool>()[i * g.Sk_total() + j] = j < attention::visible_limit(p, g.query_offset() + i);
+  std::vector<TensorView> mv = iv;
+  mv[attention::kMask] = mask.view();
+  Geometry gm = g;
+  gm.mask_stride[2] = g.Sk_total();
+  gm.mask_stride[3] = 1;
+  std::vector<char> ws(std::max(attention::workspace_bytes(pb, g, slots), attention::workspace_bytes(pmb, gm, slots)));
 
   struct Variant {
     std::string name;
@@ -89,8 +102,11 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
        }},
       {"fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
   };
-  if (attention::bf16_supported())
+  variants.push_back({"fp32 mask", [&] { return attention::run_attention(pm, gm, mv, ov, ws.data(), slots); }});
+  if (attention::bf16_supported()) {
     variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
+    variants.push_back({"bf16 mask", [&] { return attention::run_attention(pmb, gm, mv, ov, ws.data(), slots); }});
+  }
   // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still
   // shows the kernel's cost when the wall time mostly shows waiting for a core.
   if (!only.empty())

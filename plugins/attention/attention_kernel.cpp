@@ -80,41 +80,118 @@ struct Problem {
   }
 };
 
-// Whether any (query, key) of the tile is visible under an explicit mask.
-bool mask_tile_any_visible(const Problem& pr, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
-  for (int64_t i = 0; i < nq; ++i)
-    for (int64_t j = 0; j < nk; ++j)
-      if (pr.mask_visible(q0 + i, k0 + j)) return true;
-  return false;
+// Bit j of a query row's word: key k0 + j is visible (tiles have at most kTk = 64 keys).
+using KeyBits = uint64_t;
+static_assert(kTk <= 64, "one 64-bit word of key bits per query row");
+inline KeyBits low_bits(int64_t n) { return n >= 64 ? ~KeyBits{0} : (KeyBits{1} << n) - 1; }
+
+// Visible-key bits of nk (<= 64) contiguous bool bytes; `in_bounds` says 64 bytes may be read.
+inline KeyBits bool_row_bits(const bool* m, int64_t nk, bool in_bounds) {
+  alignas(32) uint8_t copy[64];
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(m);
+  if (!in_bounds) {
+    std::memset(copy, 0, sizeof(copy));
+    std::memcpy(copy, b, static_cast<size_t>(nk));
+    b = copy;
+  }
+  const __m256i zero = _mm256_setzero_si256();
+  const auto hidden = [&](int half) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32 * half));
+    return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, zero)));
+  };
+  return ~(KeyBits{hidden(1)} << 32 | hidden(0)) & low_bits(nk);
 }
 
-// Applies the mask to S^T (s[j, i] for key k0 + j and query q0 + i).
-void apply_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
-  const Params& p = *pr.p;
+// How an explicit mask covers one tile: per query row the visible keys (bits[i]), and whether the
+// tile has any visible (query, key) pair and whether all of them are visible. A bool mask that is
+// contiguous along the keys is read 32 bytes at a time (a tile costs nq loads, not nq * nk branches).
+struct TileCover {
+  bool any = false, all = true;
+};
+TileCover mask_tile_cover(const Problem& pr, int64_t q0, int64_t nq, int64_t k0, int64_t nk, KeyBits* bits) {
   const Geometry& g = *pr.g;
-  if (p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal) {
-    for (int64_t i = 0; i < nq; ++i) {
-      const int64_t lim = visible_limit(p, g.query_offset() + q0 + i) - k0;
-      for (int64_t j = std::max<int64_t>(lim, 0); j < nk; ++j) s[j * kTq + i] = kNegInf;
+  const KeyBits full = low_bits(nk);
+  TileCover c;
+  const bool fast = pr.p->mask == MaskKind::kBool && g.mask_stride[3] == 1;
+  const bool in_bounds = k0 + 64 <= g.Sk_total();
+  for (int64_t i = 0; i < nq; ++i) {
+    KeyBits b = 0;
+    if (fast) {
+      b = bool_row_bits(static_cast<const bool*>(pr.mask) + (q0 + i) * g.mask_stride[2] + k0, nk, in_bounds);
+    } else {
+      for (int64_t j = 0; j < nk; ++j)
+        if (pr.mask_visible(q0 + i, k0 + j)) b |= KeyBits{1} << j;
     }
+    bits[i] = b;
+    c.any |= b != 0;
+    c.all &= b == full;
+  }
+  return c;
+}
+
+// What a bool mask shows of each (query tile, key tile), computed once per call for every mask
+// plane (the (batch, head) pairs the mask does not broadcast over), so a query tile never reads
+// the mask for tiles it wholly shows or hides; only mixed tiles read their rows again. Only for
+// bool masks contiguous along the keys (the exported [Sq, Sk] masks).
+enum TileClass : uint8_t { kHidden = 0, kShown = 1, kMixed = 2 };
+
+bool summarizes_mask(const Params& p, const Geometry& g) {
+  return p.mask == MaskKind::kBool && g.mask_stride[3] == 1;
+}
+
+// Classes of query tile q0's key tiles (of key_tile keys) in the mask plane starting at `mask`,
+// reading the tile's rows front to back.
+void classify_tiles(const bool* mask, const Geometry& g, int64_t q0, int64_t key_tile, uint8_t* classes) {
+  const int64_t nq = std::min(kTq, g.Sq - q0), Sk = g.Sk_total(), k_tiles = (Sk + key_tile - 1) / key_tile;
+  constexpr int64_t kChunk = 256;
+  bool any[kChunk], all[kChunk];
+  for (int64_t c0 = 0; c0 < k_tiles; c0 += kChunk) {
+    const int64_t nc = std::min(kChunk, k_tiles - c0);
+    std::fill(any, any + nc, false);
+    std::fill(all, all + nc, true);
+    for (int64_t i = 0; i < nq; ++i) {
+      const bool* row = mask + (q0 + i) * g.mask_stride[2];
+      for (int64_t c = 0; c < nc; ++c) {
+        const int64_t k0 = (c0 + c) * key_tile, nk = std::min(key_tile, Sk - k0);
+        const KeyBits b = bool_row_bits(row + k0, nk, k0 + 64 <= Sk);
+        any[c] |= b != 0;
+        all[c] &= b == low_bits(nk);
+      }
+    }
+    for (int64_t c = 0; c < nc; ++c) classes[c0 + c] = all[c] ? kShown : any[c] ? kMixed : kHidden;
+  }
+}
+
+// Applies a causal or block-causal rule to S^T (s[j, i] for key k0 + j and query q0 + i).
+void apply_positional_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t lim = visible_limit(*pr.p, pr.g->query_offset() + q0 + i) - k0;
+    for (int64_t j = std::max<int64_t>(lim, 0); j < nk; ++j) s[j * kTq + i] = kNegInf;
+  }
+}
+
+// Applies an explicit mask to S^T: hides the keys whose bit is clear (bool), or adds the mask's
+// values (additive; keys whose value is -inf are also clear in bits).
+void apply_explicit_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
+                         const KeyBits* bits) {
+  const KeyBits full = low_bits(nk);
+  if (pr.p->mask == MaskKind::kBool) {
+    for (int64_t i = 0; i < nq; ++i)
+      for (KeyBits hidden = ~bits[i] & full; hidden; hidden &= hidden - 1)
+        s[__builtin_ctzll(hidden) * kTq + i] = kNegInf;
     return;
   }
-  const int64_t si = g.mask_stride[2];
+  const int64_t si = pr.g->mask_stride[2], sj = pr.g->mask_stride[3];
   for (int64_t j = 0; j < nk; ++j) {
     float* row = s + j * kTq;
-    const int64_t base = q0 * si + (k0 + j) * g.mask_stride[3];
-    if (p.mask == MaskKind::kBool) {
-      const bool* m = static_cast<const bool*>(pr.mask) + base;
-      for (int64_t i = 0; i < nq; ++i)
-        if (!m[i * si]) row[i] = kNegInf;
-    } else {
-      const float* m = static_cast<const float*>(pr.mask) + base;
-      for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
-    }
+    const float* m = static_cast<const float*>(pr.mask) + q0 * si + (k0 + j) * sj;
+    for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
   }
 }
 
-void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0) {
+// One query tile against every key tile. `classes` (or null) are the tile classes of this query
+// tile's row of the mask summary.
+void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, const uint8_t* classes) {
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
   const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
@@ -136,9 +213,16 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
   }
   const float* krow[kTk];
   const float* vrow[kTk];
+  KeyBits bits[kTq];
   for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
     const int64_t nk = std::min(ops.key_tile, k_end - k0), nkp = round_up(nk, ops.key_pad);
-    if (explicit_mask && !mask_tile_any_visible(pr, q0, nq, k0, nk)) continue;
+    TileCover cover;
+    if (explicit_mask) {
+      const uint8_t cls = classes ? classes[k0 / ops.key_tile] : uint8_t{kMixed};
+      if (cls == kHidden) continue;
+      cover = cls == kShown ? TileCover{true, true} : mask_tile_cover(pr, q0, nq, k0, nk, bits);
+      if (!cover.any) continue;
+    }
     for (int64_t j = 0; j < nk; ++j) {
       krow[j] = pr.row(pr.k, k0 + j);
       vrow[j] = pr.row(pr.v, k0 + j);
@@ -146,7 +230,9 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
     for (int64_t j = nk; j < nkp; ++j) krow[j] = vrow[j] = sc.zero;
     const KeyTile kt{krow, vrow, nk, pr.kpacked, pr.vpacked, k0};
     ops.score(kt, sc, nqp, Dh);
-    if (explicit_mask || (positional && k0 + nk > all_visible_below)) apply_mask(pr, sc.s, q0, nq, k0, nk);
+    if (explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all))
+      apply_explicit_mask(pr, sc.s, q0, nq, k0, nk, bits);
+    if (positional && k0 + nk > all_visible_below) apply_positional_mask(pr, sc.s, q0, nq, k0, nk);
     ops.update(kt, sc, nqp, Dh);
   }
   if (ops.finish) ops.finish();
@@ -206,11 +292,20 @@ size_t head_bytes(const TileOps& ops, const Geometry& g) {
   return ops.pack_head ? aligned_bytes(static_cast<int64_t>(bf16_head_bytes(g.Sk_total(), g.Dh))) : 0;
 }
 
+// Bytes of the bool mask's tile classes: one per (mask plane, query tile, key tile), sized for
+// every (batch, head) being its own plane and the smallest key tile of any implementation.
+size_t mask_summary_bytes(const Params& p, const Geometry& g) {
+  if (p.mask != MaskKind::kBool) return 0;
+  constexpr int64_t kSmallestKeyTile = 48;
+  const int64_t q_tiles = (g.Sq + kTq - 1) / kTq, k_tiles = (g.Sk_total() + kSmallestKeyTile - 1) / kSmallestKeyTile;
+  return aligned_bytes(g.B * g.H * q_tiles * k_tiles);
+}
+
 size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
   // Sized for the packed heads whenever bf16 is asked for, whichever CPU the run will find.
   const size_t head =
       p.precision == Precision::kBf16 ? aligned_bytes(static_cast<int64_t>(bf16_head_bytes(g.Sk_total(), g.Dh))) : 0;
-  return kAlign + 2 * head * static_cast<size_t>(g.B * g.H) +
+  return kAlign + 2 * head * static_cast<size_t>(g.B * g.H) + mask_summary_bytes(p, g) +
          static_cast<size_t>(std::max(slots, 1)) * scratch_bytes(g.Dh);
 }
 
@@ -224,7 +319,16 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
     const TileOps ops = tile_ops(p);
     const size_t head = head_bytes(ops, g);
     char* packed = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(workspace), kAlign));
-    char* base = packed + 2 * head * static_cast<size_t>(g.B * g.H);
+    uint8_t* summary = reinterpret_cast<uint8_t*>(packed + 2 * head * static_cast<size_t>(g.B * g.H));
+    char* base = reinterpret_cast<char*>(summary) + mask_summary_bytes(p, g);
+    // The bool mask's planes: one per batch and/or head only where the mask does not broadcast.
+    const bool summarized = summarizes_mask(p, g);
+    const int64_t plane_b = g.mask_stride[0] ? g.B : 1, plane_h = g.mask_stride[1] ? g.H : 1;
+    const int64_t k_tiles = (g.Sk_total() + ops.key_tile - 1) / ops.key_tile;
+    auto classes = [&](int64_t b, int64_t h, int64_t qt) {
+      const int64_t plane = (g.mask_stride[0] ? b : 0) * plane_h + (g.mask_stride[1] ? h : 0);
+      return summary + (plane * q_tiles + qt) * k_tiles;
+    };
     const RowStrides qs = row_strides(p.layout, g.Sq, g.H, g.Dh);
     const RowStrides ks = row_strides(p.layout, g.Sk_new, g.H, g.Dh);
     const RowStrides cs = row_strides(p.layout, g.Sc, g.H, g.Dh);
@@ -246,6 +350,14 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
           char* dst = packed + 2 * head * static_cast<size_t>(bh);
           ops.pack_head(head_rows(0, bh / g.H, bh % g.H), head_rows(1, bh / g.H, bh % g.H), g.Sk_total(), g.Dh, dst,
                         dst + head);
+        }
+      }
+      if (summarized) {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < plane_b * plane_h * q_tiles; ++t) {
+          const int64_t b = t / q_tiles / plane_h, h = t / q_tiles % plane_h, qt = t % q_tiles;
+          const bool* plane = in[kMask].as<const bool>() + b * g.mask_stride[0] + h * g.mask_stride[1];
+          classify_tiles(plane, g, qt * kTq, ops.key_tile, classes(b, h, qt));
         }
       }
 #pragma omp for schedule(dynamic, 1)
@@ -273,7 +385,9 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
           pr.mask = p.mask == MaskKind::kBool ? static_cast<const void*>(in[kMask].as<const bool>() + off)
                                               : static_cast<const void*>(in[kMask].as<const float>() + off);
         }
-        query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), (w % q_tiles) * kTq);
+        const int64_t qt = w % q_tiles;
+        query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), qt * kTq,
+                   summarized ? classes(b, h, qt) : nullptr);
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "plugins/attention/attention_common.h"
@@ -30,13 +31,17 @@ struct Case {
   MaskKind mask = MaskKind::kNone;
   int64_t block = 0;
   int mask_form = 0;  // explicit masks: 0 [Sq, Sk], 1 [B, 1, Sq, Sk], 2 [B, H, Sq, Sk], 3 [1, Sk]
+  // Explicit masks: > 0 writes a block-causal pattern of this block size (whole tiles shown, hidden
+  // and mixed) instead of random entries.
+  int64_t mask_block = 0;
 
   std::string str() const {
     static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
     return "B=" + std::to_string(B) + " H=" + std::to_string(H) + " Dh=" + std::to_string(Dh) +
            " Sq=" + std::to_string(Sq) + " Sk_new=" + std::to_string(Sk_new) + " Sc=" + std::to_string(Sc) +
            (cache ? " cache" : "") + (layout == Layout::kBSD ? " bsd" : " bhsd") + " mask=" +
-           masks[static_cast<int>(mask)] + " block=" + std::to_string(block) + " form=" + std::to_string(mask_form);
+           masks[static_cast<int>(mask)] + " block=" + std::to_string(block) + " form=" + std::to_string(mask_form) +
+           " mask_block=" + std::to_string(mask_block);
   }
   Shape seq_shape(int64_t S) const {
     return layout == Layout::kBSD ? Shape{B, S, H * Dh} : Shape{B, H, S, Dh};
@@ -93,6 +98,7 @@ Tensor make_mask(const Case& c, std::mt19937& rng) {
       bool visible = u(rng) < 0.6f;
       if (j >= 64 && j < 128) visible = false;
       if (q == 0) visible = false;
+      if (c.mask_block > 0) visible = j / c.mask_block <= (Sk - c.Sq + std::max<int64_t>(q, 0)) / c.mask_block;
       if (is_bool)
         t.as<bool>()[r * Sk + j] = visible;
       else
@@ -183,7 +189,8 @@ void check_case(const Case& c, uint32_t seed) {
   for (int i = 0; i < n_out; ++i) expect_close(got[i], want[i], c.str() + " output " + std::to_string(i));
 
   // The explicit masks hide query row 0 from every key: it must be zeros, not NaN.
-  if ((c.mask == MaskKind::kBool || c.mask == MaskKind::kAdditive) && c.mask_form != 3 && c.Sq > 0) {
+  if ((c.mask == MaskKind::kBool || c.mask == MaskKind::kAdditive) && c.mask_form != 3 && c.mask_block == 0 &&
+      c.Sq > 0) {
     const attention::RowStrides rs0 = attention::row_strides(c.layout, c.Sq, c.H, c.Dh);
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
@@ -242,6 +249,31 @@ TEST(AttentionKernel, Avx2PathMatchesReference) {
          {2, 1, 64, 274, 274, 300, true},
          {1, 3, 64, 33, 100, 0, false},
          {2, 6, 1, 33, 33, 300, true}});
+  attention::allow_avx512(true);
+}
+
+// Explicit masks with whole key tiles shown, hidden and mixed (a block-causal pattern as the
+// ControlTransformer's exported bool mask has), at sizes that split tiles and rows unevenly, with
+// the mask per query row, per batch and per (batch, head): the bool path classifies tiles once per
+// call and reads only mixed tiles again.
+TEST(AttentionKernel, StructuredMasksMatchReference) {
+  uint32_t seed = 100;
+  for (bool avx512 : {true, false}) {
+    attention::allow_avx512(avx512);
+    for (MaskKind kind : {MaskKind::kBool, MaskKind::kAdditive})
+      for (int form : {0, 1, 2})
+        for (int64_t mb : {37, 274})
+          for (const auto& [Sq, Sk_new, Sc] : {std::tuple<int64_t, int64_t, int64_t>{150, 150, 100}, {274, 274, 1370},
+                                                {70, 70, 0}, {1, 1, 301}}) {
+            Case c;
+            c.B = 2, c.H = 3, c.Dh = 40, c.Sq = Sq, c.Sk_new = Sk_new, c.Sc = Sc, c.cache = true;
+            c.mask = kind;
+            c.mask_form = form;
+            c.mask_block = mb;
+            check_case(c, seed++);
+            if (::testing::Test::HasFailure()) break;
+          }
+  }
   attention::allow_avx512(true);
 }
 
