@@ -217,6 +217,8 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
              " attention sites fused" + (disabled.count("attention_fusion") ? " (fusions.attention: off)" : ""));
     for (const auto& site : bp.attention_sites)
       if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
+    for (const auto& line : bp.pass_log)
+      if (line.rfind("selected_row_narrowing:", 0) == 0) progress(step + line);
     st = configure_plugins(graph, *resolved, disabled, *bp.plan);
     if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
     if (bf16) {

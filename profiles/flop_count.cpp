@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <map>
+
+#include "runtime/kernel_runner.h"
 
 namespace kiln {
 
@@ -85,19 +89,72 @@ FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::
   return {};
 }
 
+namespace {
+
+// After a run, the data of graph inputs and constants is still valid; other values sit in arena
+// buffers later steps may have reused. An attention mask computed from readable values by a short
+// chain of standard steps (e.g. one row sliced out of the mask input for a narrowed query) is
+// computed again here, off the timed path, so its visible pairs can still be counted.
+class MaskReader {
+ public:
+  explicit MaskReader(const ExecutionContext& ctx) : ctx_(ctx), producer_(ctx.plan().values.size(), -1) {
+    const Plan& plan = ctx.plan();
+    readable_.assign(plan.values.size(), false);
+    for (int v : plan.inputs) readable_[v] = true;
+    for (size_t v = 0; v < plan.values.size(); ++v) readable_[v] = readable_[v] || plan.values[v].constant >= 0;
+    for (size_t s = 0; s < plan.steps.size(); ++s)
+      for (int v : plan.steps[s].outputs) producer_[v] = static_cast<int>(s);
+  }
+
+  bool readable(int v) const { return readable_[v]; }
+
+  // The value's data, recomputed through at most `depth` producing steps; an absent view if not.
+  TensorView read(int v, int depth = 3) {
+    if (readable_[v]) return ctx_.value(v);
+    if (auto it = recomputed_.find(v); it != recomputed_.end()) return it->second.view();
+    const int s = producer_[v];
+    if (depth == 0 || s < 0) return {};
+    const PlanStep& step = ctx_.plan().steps[s];
+    if (!step.domain.empty() || step.outputs.size() != 1) return {};
+    std::vector<Tensor> inputs;
+    for (int in : step.inputs) {
+      if (in < 0) {
+        inputs.emplace_back();
+        continue;
+      }
+      const TensorView view = read(in, depth - 1);
+      if (!view.data && view.numel() > 0) return {};
+      Tensor t = Tensor::zeros(view.dtype, view.shape);
+      if (view.numel() > 0) std::memcpy(t.data(), view.data, t.nbytes());
+      inputs.push_back(std::move(t));
+    }
+    auto out = run_op_once(step.op_type, step.attrs, inputs, 1, {}, ctx_.plan().opset);
+    if (!out.ok()) return {};
+    return recomputed_.emplace(v, std::move((*out)[0])).first->second.view();
+  }
+
+ private:
+  const ExecutionContext& ctx_;
+  std::vector<int> producer_;
+  std::vector<bool> readable_;
+  std::map<int, Tensor> recomputed_;
+};
+
+}  // namespace
+
 std::vector<FlopCount> plan_step_flops(const ExecutionContext& ctx) {
   const Plan& plan = ctx.plan();
-  std::vector<bool> readable(plan.values.size(), false);  // data still valid after the run
-  for (int v : plan.inputs) readable[v] = true;
-  for (size_t v = 0; v < plan.values.size(); ++v) readable[v] = readable[v] || plan.values[v].constant >= 0;
+  MaskReader reader(ctx);
   std::vector<FlopCount> out;
   std::vector<TensorView> in_views, out_views;
   for (const PlanStep& step : plan.steps) {
     in_views.clear();
     out_views.clear();
-    for (int v : step.inputs) {
+    const bool attention = step.domain == "kiln" && step.op_type == "Attention";
+    for (size_t i = 0; i < step.inputs.size(); ++i) {
+      const int v = step.inputs[i];
       TensorView view = v >= 0 ? ctx.value(v) : TensorView{};
-      if (v >= 0 && !readable[v]) view.data = nullptr;  // an arena buffer later steps may have reused
+      if (v >= 0 && !reader.readable(v)) view = attention && i == 3 ? reader.read(v) : TensorView{nullptr, view.dtype, view.shape};
       in_views.push_back(view);
     }
     for (int v : step.outputs) out_views.push_back(TensorView{nullptr, ctx.value(v).dtype, ctx.value(v).shape});

@@ -157,6 +157,31 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
   return name;
 }
 
+// Each dim of `a`, or `b`'s where `a`'s is unknown (same rank; otherwise whichever is known).
+std::optional<SymShape> merge_dims(const std::optional<SymShape>& a, const std::optional<SymShape>& b) {
+  if (!a || !b || a->size() != b->size()) return a ? a : b;
+  SymShape m = *a;
+  for (size_t i = 0; i < m.size(); ++i)
+    if (!m[i].is_known() && !m[i].is_symbol()) m[i] = (*b)[i];
+  return m;
+}
+
+// Shape inference again, now that kiln::Attention nodes stand where the chains were: a fused
+// node's output has its q input's shape (CONTRACT.md, both layouts), which keeps dims the replaced
+// chain's Reshapes lost (a sequence length such as 274*timesteps: the plugin's own inference needs
+// concrete shapes), and later nodes' shapes follow from it.
+void refresh_shapes(Graph& g, PassContext& ctx) {
+  for (Node& n : g.nodes) {
+    if (n.removed) continue;
+    if (n.domain == "kiln" && n.op_type == "Attention" && !n.inputs.empty() && !n.outputs.empty()) {
+      Value& out = g.values[n.outputs[0]];
+      out.shape = merge_dims(out.shape, g.values[n.inputs[0]].shape);
+    } else {
+      infer_node(g, n, ctx.dim_ranges);
+    }
+  }
+}
+
 // Stable topological order: each node as early as its inputs allow, ties in the current order.
 Status topo_sort(Graph& g) {
   std::vector<int> prod(g.values.size(), -1);
@@ -220,7 +245,10 @@ Status attention_fusion(Graph& g, PassContext& ctx) {
                       f.layout + ", mask " + f.mask + ", kv_cache " + std::to_string(f.kv_cache ? 1 : 0) + ", " +
                       std::to_string(f.heads) + " heads)");
   }
-  if (changed) KILN_RETURN_IF_ERROR(topo_sort(g));
+  if (changed) {
+    KILN_RETURN_IF_ERROR(topo_sort(g));
+    refresh_shapes(g, ctx);
+  }
   if (ctx.attention_required)
     for (const auto& s : ctx.attention_sites)
       if (!s.reason.empty())

@@ -45,6 +45,7 @@ Status identity_elimination(Graph& g, PassContext& ctx);
 Status shape_inference(Graph& g, PassContext& ctx);
 Status constant_folding(Graph& g, PassContext& ctx);
 Status attention_fusion(Graph& g, PassContext& ctx);
+Status selected_row_narrowing(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);

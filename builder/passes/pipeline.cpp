@@ -19,6 +19,12 @@ const std::vector<Pass>& pass_pipeline() {
        "KV-cache Concats) by one kiln::Attention node, which never materializes the score matrix; after folding so "
        "shape-derived operands (reshape targets, scales, causal slices) are constants where shapes allow",
        attention_fusion},
+      {"selected_row_narrowing",
+       "where the model reads one row of a value (x[:, -1] for a prediction head, x[:, 0] for a class token), make "
+       "the row-wise nodes computing it (MLP, LayerNorm, residual adds, attention queries) compute that row only; "
+       "after attention_fusion so the fused attention's query rows can narrow, before matmul_epilogue_fusion so its "
+       "matchers see plain MatMul/Add/GELU nodes",
+       selected_row_narrowing},
       {"matmul_epilogue_fusion",
        "fold the bias Add, GELU and residual Add after each MatMul/Gemm with constant weights into one FusedMatMul "
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "

@@ -279,7 +279,7 @@ std::optional<Dims> reshape_target(const Dims& in, const Dims& target, bool allo
   if (known_out == 0 || known_in % known_out) return out;
   const int64_t k = known_in / known_out;
   if (num.empty()) out[infer_at] = Dim::known(k);
-  else if (num.size() == 1 && k == 1) out[infer_at] = Dim::sym(*num.begin());
+  else if (num.size() == 1) out[infer_at] = linear_scale(Dim::sym(*num.begin()), k);  // e.g. [T, 274, D] -> [1, 274*T, D]
   return out;
 }
 

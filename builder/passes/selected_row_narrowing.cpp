@@ -1,0 +1,416 @@
+// selected_row_narrowing: a model that reads ONE row of a value (the last token, x[:, -1], as the
+// ControlTransformer's prediction head does; the class token, x[:, 0], as ViT's) exports it as a
+// Gather with a constant scalar index, or a Slice of length one, at the end of a chain of row-wise
+// nodes: elementwise ops, LayerNormalization, linear layers (MatMul/Gemm with a weight that does not
+// depend on the row), Transposes and the fused attention's queries. Each of these computes a row
+// of its output from the same row of its inputs, so the chain can compute that row only: the
+// selection moves up to where the chain starts (a Slice of one row is inserted there) and every
+// node in between works on one row instead of hundreds. In a transformer this drops most of the
+// last layer's work (queries, attention, output projection, MLP); its K/V, which every token
+// needs, are computed in full.
+//
+// A node is narrowed only when EVERY live reader of each of its narrowed outputs is narrowed (or
+// is the selection itself) along the same axis, so nothing else ever sees a narrowed value; graph
+// outputs are never narrowed. Attention with a causal or block-causal rule knows its queries as
+// "the last Sq positions", so it is narrowed only when the selected row is the last one. Values
+// keep their dims except the row axis, which becomes 1; the selection itself then picks row 0.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "builder/passes/pass.h"
+
+namespace kiln {
+
+namespace {
+
+// Ops that compute each output element from the elements at the same (broadcast) position of
+// their inputs, without attributes that change that (opset < 7 broadcast/axis attributes).
+const std::set<std::string> kElementwise = {
+    "Add",  "Sub",  "Mul",     "Div",     "Pow",      "Max",        "Min",       "Where", "Equal",   "Less",
+    "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",   "Relu",    "Erf",     "Tanh",
+    "Sigmoid", "Neg", "Exp",   "Log",     "Sqrt",     "Abs",        "Cast",      "Reciprocal", "Gelu", "Clip",
+    "LeakyRelu", "Elu", "Softplus", "HardSigmoid", "HardSwish", "Mish", "Sin", "Cos", "PRelu", "Sign", "Floor",
+    "Ceil", "Round", "IsNaN", "Identity"};
+
+// The selected row: index along the axis of the value it was taken from (-1 = the last row).
+struct Selection {
+  int64_t index = 0;
+  int gather_node = -1;  // the Gather/Slice that selects the row
+  int source = -1;       // the value it selects from
+  int axis = 0;          // in that value
+};
+
+struct Demand {
+  size_t slot;  // input position
+  int axis;     // row axis of that input
+};
+
+const SymShape* shape_of(const Graph& g, int v) { return v >= 0 && g.values[v].shape ? &*g.values[v].shape : nullptr; }
+
+std::optional<int64_t> scalar_int(const Graph& g, int v) {
+  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
+  const Tensor& t = g.values[v].constant;
+  if (t.numel() != 1) return std::nullopt;
+  if (t.dtype() == DType::kInt64) return t.as<int64_t>()[0];
+  if (t.dtype() == DType::kInt32) return t.as<int32_t>()[0];
+  return std::nullopt;
+}
+
+int64_t int_attr(const Node& n, const char* name, int64_t def) {
+  auto it = n.attrs.find(name);
+  return it == n.attrs.end() ? def : it->second.i;
+}
+
+// The row `n` selects when it keeps one row of its data input: Gather(x, scalar constant) or a
+// Slice with constant one-element starts/ends/axes (step 1) keeping exactly one row.
+std::optional<Selection> selection_of(const Graph& g, const Node& n, int idx, const DimRanges& ranges) {
+  if (!n.domain.empty() || n.inputs.empty() || n.inputs[0] < 0) return std::nullopt;
+  const SymShape* xs = shape_of(g, n.inputs[0]);
+  if (!xs || xs->empty()) return std::nullopt;
+  const int rank = static_cast<int>(xs->size());
+  Selection s;
+  s.gather_node = idx;
+  s.source = n.inputs[0];
+  int64_t axis = 0;
+  if (n.op_type == "Gather" && n.inputs.size() == 2) {
+    const Value& iv = g.values[n.inputs[1]];
+    auto i = scalar_int(g, n.inputs[1]);
+    if (!i || iv.constant.shape().rank() != 0) return std::nullopt;
+    s.index = *i;
+    axis = int_attr(n, "axis", 0);
+  } else if (n.op_type == "Slice" && n.inputs.size() >= 4) {
+    auto start = scalar_int(g, n.inputs[1]), end = scalar_int(g, n.inputs[2]), ax = scalar_int(g, n.inputs[3]);
+    const auto step = n.inputs.size() > 4 ? scalar_int(g, n.inputs[4]) : std::optional<int64_t>(1);
+    if (!start || !end || !ax || step != 1) return std::nullopt;
+    axis = *ax;
+    const bool to_end = *end >= std::numeric_limits<int32_t>::max();
+    if (*start == -1 && (to_end || *end == 0)) {
+      s.index = -1;
+    } else if (*start >= 0 && *end == *start + 1) {
+      s.index = *start;
+    } else {
+      return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  s.axis = static_cast<int>(axis);
+  // The row must exist for every shape of the profile (an index out of range stays the Gather's
+  // own error), and an axis that may be 1 long gains nothing.
+  auto b = dim_bounds((*xs)[s.axis], ranges);
+  if (!b || b->first < 2 || s.index < -1 || s.index >= b->first) return std::nullopt;
+  return s;
+}
+
+// Whether row `index` along `axis` of a value of dim `d` is its last row.
+bool is_last_row(int64_t index, const Dim& d) { return index == -1 || (d.is_known() && index == d.value - 1); }
+
+class Narrowing {
+ public:
+  Narrowing(Graph& g, const Selection& sel, const DimRanges& ranges) : g_(g), sel_(sel), ranges_(ranges) {
+    live_ = live_nodes();
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!live_[i]) continue;
+      for (size_t s = 0; s < g.nodes[i].inputs.size(); ++s)
+        if (g.nodes[i].inputs[s] >= 0) readers_[g.nodes[i].inputs[s]].push_back({static_cast<int>(i), s});
+    }
+    for (int o : g.outputs) graph_output_.insert(o);
+  }
+
+  // Decides which nodes compute only the selected row (walking from the selection back to the
+  // graph's inputs); returns how many.
+  int plan() {
+    for (int i = sel_.gather_node - 1; i >= 0; --i) {
+      if (!live_[i]) continue;
+      const Node& n = g_.nodes[i];
+      auto outs = narrowed_outputs(n);
+      if (outs.empty()) continue;
+      // Every narrowed output must be read only by narrowed nodes, all along one axis.
+      std::optional<int> axis;
+      bool ok = true;
+      for (size_t o : outs) {
+        auto a = demanded_axis(n.outputs[o]);
+        if (!a || (axis && *axis != *a)) ok = false;
+        if (a) axis = a;
+      }
+      if (!ok || !axis) continue;
+      auto demands = input_demands(n, *axis);
+      if (!demands) continue;
+      narrowed_[i] = std::move(*demands);
+      for (size_t o : outs) value_axis_[n.outputs[o]] = *axis;
+    }
+    // Demand starts at the selected value: without its producer nothing else is narrowed.
+    return value_axis_.count(sel_.source) ? static_cast<int>(narrowed_.size()) : 0;
+  }
+
+  // Rewrites the graph: one-row Slices where narrowed nodes read full values, new shapes for the
+  // narrowed values, and the selection reading row 0 of its (now one-row) source.
+  void rewrite(PassContext& ctx) {
+    std::map<std::pair<int, int>, int> slices;  // (value, axis) -> its one-row Slice
+    std::vector<Node> order;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      auto it = narrowed_.find(static_cast<int>(i));
+      if (it != narrowed_.end()) {
+        for (const Demand& d : it->second) {
+          const int u = g_.nodes[i].inputs[d.slot];
+          if (value_axis_.count(u)) continue;  // produced by a narrowed node
+          auto key = std::make_pair(u, d.axis);
+          if (!slices.count(key)) {
+            auto [node, out] = one_row_slice(u, d.axis);
+            order.push_back(std::move(node));
+            slices[key] = out;
+          }
+          g_.nodes[i].inputs[d.slot] = slices[key];
+        }
+      }
+      order.push_back(std::move(g_.nodes[i]));
+    }
+    g_.nodes = std::move(order);
+    for (const auto& [v, axis] : value_axis_) (*g_.values[v].shape)[axis] = Dim::known(1);
+    (*g_.values[sel_.source].shape)[sel_.axis] = Dim::known(1);
+    // The selection now takes row 0 of a one-row value.
+    for (Node& n : g_.nodes)
+      if (n.name == gather_name_) {
+        if (n.op_type == "Gather") {
+          n.inputs[1] = g_.add_constant(g_.unique_name(n.name + "/row0"), Tensor::from_vector<int64_t>({0}, Shape{}));
+        } else {
+          n.inputs[1] = g_.add_constant(g_.unique_name(n.name + "/start0"), Tensor::from_vector<int64_t>({0}, Shape{1}));
+          n.inputs[2] = g_.add_constant(g_.unique_name(n.name + "/end1"), Tensor::from_vector<int64_t>({1}, Shape{1}));
+        }
+      }
+    ctx.log.push_back("selected_row_narrowing: " + std::to_string(narrowed_.size()) + " nodes before '" + gather_name_ +
+                      "' compute only row " + std::to_string(sel_.index) + " of axis " + std::to_string(sel_.axis) + " (" +
+                      std::to_string(slices.size()) + " one-row slices inserted)");
+  }
+
+  void remember_gather_name() { gather_name_ = g_.nodes[sel_.gather_node].name; }
+
+ private:
+  struct Reader {
+    int node;
+    size_t slot;
+  };
+
+  // A node is live when a graph output depends on it (folded shape arithmetic leaves dead readers
+  // until dead_node_elimination runs; they must not count as readers).
+  std::vector<bool> live_nodes() const {
+    std::vector<bool> live(g_.nodes.size(), false);
+    std::set<int> needed(g_.outputs.begin(), g_.outputs.end());
+    for (int i = static_cast<int>(g_.nodes.size()) - 1; i >= 0; --i) {
+      const Node& n = g_.nodes[i];
+      if (n.removed) continue;
+      for (int o : n.outputs)
+        if (needed.count(o)) live[i] = true;
+      if (live[i])
+        for (int v : n.inputs)
+          if (v >= 0) needed.insert(v);
+    }
+    return live;
+  }
+
+  // The axis all readers of `v` need it narrowed along, or nullopt when some reader needs it whole.
+  std::optional<int> demanded_axis(int v) const {
+    if (graph_output_.count(v)) return std::nullopt;
+    auto it = readers_.find(v);
+    if (it == readers_.end() || it->second.empty()) return std::nullopt;
+    std::optional<int> axis;
+    for (const Reader& r : it->second) {
+      int a = -1;
+      if (r.node == sel_.gather_node && v == sel_.source && r.slot == 0) {
+        a = sel_.axis;
+      } else if (auto n = narrowed_.find(r.node); n != narrowed_.end()) {
+        for (const Demand& d : n->second)
+          if (d.slot == r.slot) a = d.axis;
+      }
+      if (a < 0 || (axis && *axis != a)) return std::nullopt;
+      axis = a;
+    }
+    return axis;
+  }
+
+  // The outputs of `n` that narrowing makes one row (empty: `n` is not row-wise).
+  std::vector<size_t> narrowed_outputs(const Node& n) const {
+    if (n.outputs.empty()) return {};
+    if (n.domain == "kiln" && n.op_type == "Attention") return {0};
+    if (!n.domain.empty()) return {};
+    if (n.op_type == "LayerNormalization") {
+      for (size_t o = 1; o < n.outputs.size(); ++o)
+        if (readers_.count(n.outputs[o]) || graph_output_.count(n.outputs[o])) return {};
+      return {0};
+    }
+    if (n.outputs.size() != 1) return {};
+    return {0};
+  }
+
+  // Which inputs a node needs narrowed, and along which axis, to compute the selected row of its
+  // narrowed outputs along `axis`; nullopt when it cannot.
+  std::optional<std::vector<Demand>> input_demands(const Node& n, int axis) const {
+    const SymShape* ys = shape_of(g_, n.outputs[0]);
+    if (!ys || axis >= static_cast<int>(ys->size())) return std::nullopt;
+    const int rank = static_cast<int>(ys->size());
+    if (n.domain == "kiln" && n.op_type == "Attention") return attention_demands(n, axis);
+    if (!n.domain.empty()) return std::nullopt;
+    const std::string& op = n.op_type;
+    if (kElementwise.count(op)) {
+      if (n.attrs.count("broadcast") || n.attrs.count("axis")) return std::nullopt;
+      return broadcast_demands(n, axis, rank, n.inputs.size());
+    }
+    if (op == "LayerNormalization") {
+      int64_t norm = int_attr(n, "axis", -1);
+      if (norm < 0) norm += rank;
+      if (axis >= norm) return std::nullopt;
+      return broadcast_demands(n, axis, rank, 1);  // scale and bias cover the normalized dims only
+    }
+    if (op == "Softmax" || op == "LogSoftmax") {
+      int64_t sm = int_attr(n, "axis", g_.opset >= 13 ? -1 : 1);
+      if (sm < 0) sm += rank;
+      if (g_.opset >= 13 ? axis == sm : axis >= sm) return std::nullopt;
+      return broadcast_demands(n, axis, rank, 1);
+    }
+    if (op == "Transpose") {
+      auto it = n.attrs.find("perm");
+      if (it == n.attrs.end() || static_cast<int>(it->second.ints.size()) != rank) return std::nullopt;
+      return std::vector<Demand>{{0, static_cast<int>(it->second.ints[axis])}};
+    }
+    if (op == "MatMul") {
+      // Row `axis` of A x W, with W 2-D and not read per row: row `axis` of A.
+      const SymShape* as = shape_of(g_, n.inputs[0]);
+      const SymShape* ws = shape_of(g_, n.inputs[1]);
+      if (!as || !ws || ws->size() != 2 || static_cast<int>(as->size()) != rank || axis > rank - 2) return std::nullopt;
+      return std::vector<Demand>{{0, axis}};
+    }
+    if (op == "Gemm") {
+      if (axis != 0 || int_attr(n, "transA", 0) != 0 || rank != 2) return std::nullopt;
+      std::vector<Demand> d{{0, 0}};
+      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+        const SymShape* cs = shape_of(g_, n.inputs[2]);
+        if (!cs) return std::nullopt;
+        if (cs->size() == 2 && !((*cs)[0].is_known() && (*cs)[0].value == 1)) d.push_back({2, 0});
+      }
+      return d;
+    }
+    return std::nullopt;
+  }
+
+  // Whether `d` is 1, or cannot be 1, for every shape of the profile (neither: nullopt).
+  std::optional<bool> is_one(const Dim& d) const {
+    auto b = dim_bounds(d, ranges_);
+    if (!b) return std::nullopt;
+    if (b->first == 1 && b->second == 1) return true;
+    if (b->first >= 2 || b->second <= 0) return false;
+    return std::nullopt;
+  }
+
+  // How an operand whose dim `dim` broadcasts against the output's `out` reads the row axis:
+  // whole (it is 1: broadcast), narrowed (it is the output's dim: equal, or provably not 1, which
+  // broadcasting then forces to equal the output's), or unknown.
+  enum class Read { kWhole, kRow, kUnknown };
+  Read broadcast_read(const Dim& dim, const Dim& out) const {
+    const auto one = is_one(dim);
+    if (one == true) return is_one(out) == true ? Read::kRow : Read::kWhole;
+    // Two unknown dims are not known to be equal.
+    if ((dim == out && (dim.is_known() || dim.is_symbol())) || one == false) return Read::kRow;
+    return Read::kUnknown;
+  }
+
+  // Numpy broadcasting over the first `count` inputs: an input whose dim at the row axis is 1 (or
+  // that has no such axis) is read whole; one whose dim is the output's is narrowed.
+  std::optional<std::vector<Demand>> broadcast_demands(const Node& n, int axis, int rank, size_t count) const {
+    const Dim& out_dim = (*shape_of(g_, n.outputs[0]))[axis];
+    std::vector<Demand> d;
+    for (size_t s = 0; s < std::min(count, n.inputs.size()); ++s) {
+      if (n.inputs[s] < 0) continue;
+      const SymShape* is = shape_of(g_, n.inputs[s]);
+      if (!is) return std::nullopt;
+      const int a = axis - (rank - static_cast<int>(is->size()));
+      if (a < 0) continue;
+      const Read r = broadcast_read((*is)[a], out_dim);
+      if (r == Read::kUnknown) return std::nullopt;
+      if (r == Read::kRow) d.push_back({s, a});
+    }
+    return d;
+  }
+
+  // kiln::Attention computes query row i from q row i (and mask row i): only output 0 narrows.
+  std::optional<std::vector<Demand>> attention_demands(const Node& n, int axis) const {
+    auto layout = n.attrs.find("layout");
+    const bool bhsd = layout != n.attrs.end() && layout->second.s == "bhsd";
+    if (axis != (bhsd ? 2 : 1)) return std::nullopt;
+    const SymShape* qs = shape_of(g_, n.inputs[0]);
+    if (!qs || static_cast<int>(qs->size()) <= axis) return std::nullopt;
+    auto mask = n.attrs.find("mask");
+    const std::string kind = mask == n.attrs.end() ? "none" : mask->second.s;
+    // Causal rules place the queries at the last Sq positions: one query keeps its place only if
+    // it is the last.
+    if ((kind == "causal" || kind == "block_causal") && !is_last_row(sel_.index, (*qs)[axis])) return std::nullopt;
+    std::vector<Demand> d{{0, axis}};
+    if ((kind == "bool" || kind == "additive") && n.inputs.size() > 3 && n.inputs[3] >= 0) {
+      const SymShape* ms = shape_of(g_, n.inputs[3]);
+      if (!ms || ms->size() < 2) return std::nullopt;
+      const int ma = static_cast<int>(ms->size()) - 2;  // the mask's query axis: Sq, or 1
+      const Read r = broadcast_read((*ms)[ma], (*qs)[axis]);
+      if (r == Read::kUnknown) return std::nullopt;
+      if (r == Read::kRow) d.push_back({3, ma});
+    }
+    return d;
+  }
+
+  // Slice(v, [index], [index + 1], [axis]) as a new node and value.
+  std::pair<Node, int> one_row_slice(int v, int axis) {
+    const int64_t start = sel_.index;
+    const int64_t end = sel_.index == -1 ? std::numeric_limits<int64_t>::max() : sel_.index + 1;
+    const std::string base = g_.values[v].name + "/row";
+    Node n;
+    n.name = g_.unique_name(base);
+    n.op_type = "Slice";
+    n.inputs = {v, g_.add_constant(g_.unique_name(base + "_start"), Tensor::from_vector<int64_t>({start}, Shape{1})),
+                g_.add_constant(g_.unique_name(base + "_end"), Tensor::from_vector<int64_t>({end}, Shape{1})),
+                g_.add_constant(g_.unique_name(base + "_axis"), Tensor::from_vector<int64_t>({axis}, Shape{1}))};
+    const int out = g_.add_value(g_.unique_name(base));
+    g_.values[out].dtype = g_.values[v].dtype;
+    g_.values[out].shape = g_.values[v].shape;
+    (*g_.values[out].shape)[axis] = Dim::known(1);
+    n.outputs = {out};
+    return {std::move(n), out};
+  }
+
+  Graph& g_;
+  Selection sel_;
+  const DimRanges& ranges_;
+  std::string gather_name_;
+  std::vector<bool> live_;
+  std::map<int, std::vector<Reader>> readers_;
+  std::set<int> graph_output_;
+  std::map<int, std::vector<Demand>> narrowed_;  // node index -> the inputs it needs narrowed
+  std::map<int, int> value_axis_;                // narrowed value -> its row axis
+};
+
+}  // namespace
+
+Status selected_row_narrowing(Graph& g, PassContext& ctx) {
+  // One selection at a time: each rewrite changes node positions and readers. Selections are
+  // remembered by their output value (ids are stable).
+  std::set<int> done;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
+      const Node& n = g.nodes[i];
+      if (n.removed || n.outputs.empty() || done.count(n.outputs[0])) continue;
+      auto sel = selection_of(g, n, static_cast<int>(i), ctx.dim_ranges);
+      if (!sel) continue;
+      done.insert(n.outputs[0]);
+      Narrowing narrowing(g, *sel, ctx.dim_ranges);
+      narrowing.remember_gather_name();
+      if (narrowing.plan() == 0) continue;
+      narrowing.rewrite(ctx);
+      changed = true;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kiln
