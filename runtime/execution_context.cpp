@@ -30,6 +30,22 @@ bool is_leading_gather_view(const Plan& plan, const PlanStep& step) {
   return dtype_is_integer(t.dtype()) && t.numel() == 1 && t.shape().rank() <= 1;
 }
 
+// Slice with unit steps: a contiguous block of its input whenever every dim before the first
+// sliced one is 1 (pos_table[:S], x[:, -1:] of [1, S, D]). That depends on the run's shapes, so
+// the step keeps its own buffer for the other case and is a view when the shapes allow.
+bool is_slice_view_candidate(const Plan& plan, const PlanStep& step) {
+  if (!step.domain.empty() || step.op_type != "Slice" || step.inputs.size() < 3 || step.outputs.size() != 1) return false;
+  if (step.inputs.size() > 4 && step.inputs[4] >= 0) {
+    const PlanValue& st = plan.values[step.inputs[4]];
+    if (st.constant < 0) return false;
+    const Tensor& t = plan.constants[st.constant];
+    if (!dtype_is_integer(t.dtype())) return false;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (read_int(t.view(), i) != 1) return false;
+  }
+  return true;
+}
+
 size_t aligned_size(const TensorDesc& d) {
   const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
   return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
@@ -92,6 +108,15 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   for (size_t v = 0; v < nv; ++v)
     if (const int root = ctx->alias_root_[v]; root >= 0 && ctx->last_use_[v] >= 0)
       ctx->last_use_[root] = std::max(ctx->last_use_[root], ctx->last_use_[v]);
+  // A Slice that may be a view keeps its own (planned) buffer, and its input's buffer lives as
+  // long as the Slice's output is read; later Slices first, so chains of them reach the root.
+  for (size_t s = ns; s-- > 0;) {
+    const PlanStep& step = plan->steps[s];
+    if (ctx->view_step_[s] || !is_slice_view_candidate(*plan, step) || step.inputs[0] < 0) continue;
+    ctx->view_step_[s] = 3;
+    const int in = step.inputs[0], root = ctx->alias_root_[in] >= 0 ? ctx->alias_root_[in] : in;
+    ctx->last_use_[root] = std::max(ctx->last_use_[root], ctx->last_use_[step.outputs[0]]);
+  }
   for (size_t c = 0; c < plan->values.size(); ++c)
     if (plan->values[c].constant >= 0) ctx->views_[c] = plan->constants[plan->values[c].constant].view();
   // Pairs of input dims that share a dim_param name, each checked against the first occurrence.
@@ -162,6 +187,36 @@ Status ExecutionContext::set_input(size_t index, const TensorView& view) {
   return Status::Ok();
 }
 
+std::optional<int64_t> ExecutionContext::contiguous_slice_offset(std::span<const TensorView> in, const TensorDesc& out) const {
+  const Shape& x = in[0].shape;
+  if (out.shape.rank() != x.rank() || (out.shape.numel() > 0 && !in[0].data)) return std::nullopt;
+  int p = 0;
+  while (p < x.rank() && out.shape[p] == x[p]) ++p;
+  if (p == x.rank()) return 0;  // the whole input
+  for (int d = 0; d < p; ++d)
+    if (x[d] != 1) return std::nullopt;
+  for (int d = p + 1; d < x.rank(); ++d)
+    if (out.shape[d] != x[d]) return std::nullopt;
+  // Axis p's start, as the Slice kernel reads it: starts[i] for axes[i] == p (axes default to
+  // 0, 1, ...), negative from the end, clamped to [0, dim].
+  const TensorView& starts = in[1];
+  const bool has_axes = in.size() > 3 && in[3].present();
+  int64_t start = 0;
+  bool found = false;
+  for (int64_t i = 0; i < starts.numel(); ++i) {
+    int64_t a = has_axes ? read_int(in[3], i) : i;
+    if (a < 0) a += x.rank();
+    if (a == p) {
+      start = read_int(starts, i);
+      found = true;
+    }
+  }
+  if (!found) return std::nullopt;
+  if (start < 0) start += x[p];
+  start = std::clamp<int64_t>(start, 0, x[p]);
+  return start * x.numel(p + 1, x.rank()) * static_cast<int64_t>(dtype_size(in[0].dtype));
+}
+
 Status ExecutionContext::run_step(size_t s, bool use_arena) {
   const PlanStep& step = plan_->steps[s];
   Kernel& kernel = *kernels_[s];
@@ -182,7 +237,15 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
     views_[v] = TensorView{placed_[v], desc[0].dtype, desc[0].shape};
     return Status::Ok();
   }
-  if (view_step_[s] && !bound_outputs_[step.outputs[0]].present()) {
+  if (view_step_[s] == 3 && !bound_outputs_[step.outputs[0]].present() && slab_pitch_[step.inputs[0]] == 0) {
+    if (auto offset = contiguous_slice_offset(in, desc[0])) {
+      const int v = step.outputs[0];
+      views_[v] = TensorView{static_cast<char*>(in[0].data) + *offset, desc[0].dtype, desc[0].shape};
+      planned_[v] = desc[0];
+      return Status::Ok();
+    }
+  }
+  if ((view_step_[s] == 1 || view_step_[s] == 2) && !bound_outputs_[step.outputs[0]].present()) {
     const int v = step.outputs[0];
     char* base = static_cast<char*>(in[0].data);
     slab_pitch_[v] = 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,8 @@ class ExecutionContext {
  private:
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
   Status run_step(size_t s, bool use_arena);
+  // The byte offset of a Slice step's output within its input when it is one contiguous block.
+  std::optional<int64_t> contiguous_slice_offset(std::span<const TensorView> in, const TensorDesc& out) const;
   void plan_arena();
   void place_concat_inputs();
   void release_dead_buffers(size_t s);
@@ -106,7 +109,8 @@ class ExecutionContext {
   std::vector<bool> prepared_;               // per step: prepared for the current shapes
   std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
   std::vector<int> alias_root_;              // per value: the value whose buffer it views, or -1
-  std::vector<char> view_step_;              // per step: 1 = view of input 0 (Reshape & co.), 2 = view at a Gather offset
+  std::vector<char> view_step_;              // per step: 1 = view of input 0 (Reshape & co.), 2 = view at a Gather offset,
+                                             // 3 = a Slice that is a view when its block is contiguous (else it copies)
   struct SharedDim { int input_a, dim_a, input_b, dim_b; };
   std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
   std::shared_ptr<void> arena_;

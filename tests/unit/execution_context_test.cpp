@@ -150,7 +150,6 @@ TEST(ExecutionContext, TwoContextsShareOnePlan) {
   expect_matches((*a)->output(0), xa);
   expect_matches((*b)->output(0), xb);
 }
-
 }  // namespace
 }  // namespace kiln
 
@@ -205,7 +204,6 @@ TEST(ExecutionContext, PrepareForProfileNeedsRanges) {
   auto plain = ExecutionContext::create(plan);
   EXPECT_FALSE((*plain)->prepare_for_profile().ok());
 }
-
 }  // namespace
 }  // namespace kiln
 
@@ -240,7 +238,6 @@ TEST(ExecutionContext, ReshapeLikeStepsAreViewsNotCopies) {
   }
   EXPECT_EQ((*ctx)->arena_bytes(), 128u);  // 24 floats rounded up to 64 bytes: one buffer, not three
 }
-
 }  // namespace
 }  // namespace kiln
 
@@ -281,7 +278,6 @@ TEST(ExecutionContext, LeadingGatherIsAViewAndStillChecksItsIndex) {
     for (int i = 0; i < 4; ++i) EXPECT_EQ(y.as<float>()[i], static_cast<float>(row * 4 + i));
   }
 }
-
 }  // namespace
 }  // namespace kiln
 
@@ -332,7 +328,6 @@ TEST(ExecutionContext, ConcatInputsWrittenInPlaceGiveTheSameValues) {
     for (int64_t i = 0; i < 3 * n; ++i) ASSERT_EQ(late.as<float>()[i], std::max(0.0f, a.as<float>()[i]) * -c.as<float>()[i]) << i;
   }
 }
-
 }  // namespace
 }  // namespace kiln
 
@@ -376,6 +371,57 @@ TEST(ExecutionContext, NestedConcatPlacementBehindAGraphInput) {
       const float want = i < 24 ? cache.as<float>()[i] : i < 36 ? std::max(0.0f, a.as<float>()[i - 24]) : -c.as<float>()[i - 36];
       ASSERT_EQ(proj.as<float>()[i], want) << "run " << run << " element " << i;
     }
+  }
+}
+// A Slice whose block is contiguous (every dim before the sliced one is 1, or the first dim) is a
+// view into its input, also through a chain of Slices; one that is not contiguous copies. The
+// viewed buffer must outlive every read of the view: values made after the Slices (the same size
+// as the viewed one, so the arena would like to reuse its slot) must not overwrite it.
+TEST(ExecutionContext, SliceIsAViewWhenContiguousAndCopiesOtherwise) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{2}, int64_t{5}, int64_t{4}});
+  b.initializer("one", {1}, {1}).initializer("two", {2}, {1}).initializer("three", {3}, {1});
+  b.initializer("minus2", {-2}, {1}).initializer("big", {int64_t{1} << 40}, {1});
+  b.initializer("ax0", {0}, {1}).initializer("ax1", {1}, {1});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("Slice", {"a", "one", "two", "ax0"}, {"s1"});       // a[1:2]       [1, 5, 4]: a view
+  b.node("Slice", {"s1", "minus2", "big", "ax1"}, {"s2"});   // s1[:, -2:]   [1, 2, 4]: a view of a view
+  b.node("Slice", {"a", "one", "three", "ax1"}, {"s3"});     // a[:, 1:3]    [2, 2, 4]: copied
+  b.node("Exp", {"x"}, {"t"});
+  b.node("Abs", {"t"}, {"u"});
+  b.node("Neg", {"s2"}, {"y"});
+  b.node("Neg", {"s3"}, {"z"});
+  b.output("y").output("z").output("u");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok());
+  BuildOptions opts;
+  opts.disabled_passes = {"constant_folding"};
+  auto plan = build_plan(*g, opts);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  auto id = [&](const std::string& name) {
+    for (size_t v = 0; v < (*plan)->values.size(); ++v)
+      if ((*plan)->values[v].name == name) return static_cast<int>(v);
+    return -1;
+  };
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{2, 5, 4});
+  for (int i = 0; i < 40; ++i) x.as<float>()[i] = static_cast<float>(i) - 3.0f;
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  for (int run = 0; run < 3; ++run) {  // the first run plans the arena; later runs use it
+    ASSERT_TRUE((*ctx)->run().ok());
+    const char* a = static_cast<const char*>((*ctx)->value(id("a")).data);
+    EXPECT_EQ((*ctx)->value(id("s1")).data, a + 20 * sizeof(float));
+    EXPECT_EQ((*ctx)->value(id("s2")).data, a + (20 + 12) * sizeof(float));
+    const char* s3 = static_cast<const char*>((*ctx)->value(id("s3")).data);
+    EXPECT_TRUE(s3 < a || s3 >= a + 40 * sizeof(float)) << "a non-contiguous Slice has its own buffer";
+    const TensorView& y = (*ctx)->output(0);
+    ASSERT_EQ(y.shape, (Shape{1, 2, 4}));
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(y.as<float>()[i], -std::max(0.0f, x.as<float>()[32 + i])) << "run " << run;
+    const TensorView& z = (*ctx)->output(1);
+    ASSERT_EQ(z.shape, (Shape{2, 2, 4}));
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 8; ++i) EXPECT_EQ(z.as<float>()[n * 8 + i], -std::max(0.0f, x.as<float>()[n * 20 + 4 + i]));
   }
 }
 
