@@ -3,7 +3,7 @@
 // alternately, one call each per round; reports each variant's median wall and CPU time and
 // GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
 //
-//   attention-bench [rounds] [variant name filter]
+//   attention-bench [rounds] [variant name filter] [incremental|full]
 #include <omp.h>
 #include <time.h>
 
@@ -150,7 +150,8 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
   const std::string only = argc > 2 ? argv[2] : "";
-  kiln::bench({"incremental", 274, 274, 1370}, rounds, only);
-  kiln::bench({"full", 1644, 1644, 0}, rounds, only);
+  const std::string shapes = argc > 3 ? argv[3] : "";
+  if (shapes.empty() || shapes == "incremental") kiln::bench({"incremental", 274, 274, 1370}, rounds, only);
+  if (shapes.empty() || shapes == "full") kiln::bench({"full", 1644, 1644, 0}, rounds, only);
   return 0;
 }

@@ -1,3 +1,5 @@
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -136,6 +138,23 @@ void output_descs(const Params& p, const Geometry& g, std::span<TensorDesc> out)
   }
 }
 
+namespace {
+
+// memcpy for the cache copied into the K/V outputs of a profile run: the destination (MBs per
+// layer) is not read again by this run, so non-temporal stores skip reading its lines first.
+void stream_copy(float* dst, const float* src, size_t n) {
+  size_t head = (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32 / sizeof(float);
+  if (reinterpret_cast<uintptr_t>(dst) % sizeof(float) || n < 4096) head = n;  // small or odd: plain copy
+  head = std::min(head, n);
+  std::memcpy(dst, src, head * sizeof(float));
+  size_t i = head;
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  std::memcpy(dst + i, src + i, (n - i) * sizeof(float));
+  _mm_sfence();
+}
+
+}  // namespace
+
 void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> in, std::span<const TensorView> out) {
   const bool bsd = p.layout == Layout::kBSD;
   // Both layouts are a sequence of `outer` independent [S, unit] blocks.
@@ -147,20 +166,23 @@ void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> i
   if (!any_in_place && 2 * outer * out_seg * sizeof(float) >= (size_t{1} << 20)) {
     // Separate buffers (a profile run: the caller's cache is copied into the K/V outputs): one
     // core's memcpy does not reach the memory bandwidth, so split the copy into chunks over the
-    // thread pool. Task = (K or V, block, chunk of the cache segment, or the new rows).
+    // thread pool. Task = (K or V, block, chunk of the output segment: cached rows, then new).
     constexpr size_t kChunk = size_t{1} << 15;  // floats
-    const int64_t per_block = static_cast<int64_t>((cache_seg + kChunk - 1) / kChunk) + 1;
+    const int64_t per_block = static_cast<int64_t>((out_seg + kChunk - 1) / kChunk);
     const int64_t tasks = 2 * outer * per_block;
 #pragma omp parallel for schedule(static)
     for (int64_t task = 0; task < tasks; ++task) {
       const int t = static_cast<int>(task / (outer * per_block));
       const int64_t o = task / per_block % outer, c = task % per_block;
       float* d = out[1 + t].as<float>() + o * out_seg;
-      if (c == per_block - 1) {
-        if (new_seg) std::memcpy(d + cache_seg, in[kK + t].as<const float>() + o * new_seg, new_seg * sizeof(float));
-      } else {
-        const size_t begin = static_cast<size_t>(c) * kChunk, n = std::min(kChunk, cache_seg - begin);
-        std::memcpy(d + begin, in[kKCache + t].as<const float>() + o * cache_seg + begin, n * sizeof(float));
+      const size_t begin = static_cast<size_t>(c) * kChunk, end = std::min(begin + kChunk, out_seg);
+      if (begin < cache_seg) {
+        const size_t e = std::min(end, cache_seg);
+        stream_copy(d + begin, in[kKCache + t].as<const float>() + o * cache_seg + begin, e - begin);
+      }
+      if (end > cache_seg) {
+        const size_t b = std::max(begin, cache_seg);
+        stream_copy(d + b, in[kK + t].as<const float>() + o * new_seg + (b - cache_seg), end - b);
       }
     }
     return;
