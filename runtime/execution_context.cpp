@@ -30,11 +30,14 @@ bool is_leading_gather_view(const Plan& plan, const PlanStep& step) {
   return dtype_is_integer(t.dtype()) && t.numel() == 1 && t.shape().rank() <= 1;
 }
 
-// Slice with unit steps: a contiguous block of its input whenever every dim before the first
-// sliced one is 1 (pos_table[:S], x[:, -1:] of [1, S, D]). That depends on the run's shapes, so
-// the step keeps its own buffer for the other case and is a view when the shapes allow.
-bool is_slice_view_candidate(const Plan& plan, const PlanStep& step) {
-  if (!step.domain.empty() || step.op_type != "Slice" || step.inputs.size() < 3 || step.outputs.size() != 1) return false;
+// Steps that are views of their input at some shapes only, so they keep their own buffer for the
+// other shapes: a Slice with unit steps is a contiguous block of its input whenever every dim
+// before the first sliced one is 1 (pos_table[:S], x[:, -1:] of [1, S, D]).
+bool is_conditional_view(const Plan& plan, const PlanStep& step) {
+  if (!step.domain.empty() || step.outputs.size() != 1 || step.inputs.empty()) return false;
+  // Transpose: a view whenever it moves only dims of size 1 (e.g. [S, 1, D] -> [1, S, D]).
+  if (step.op_type == "Transpose") return step.inputs.size() == 1;
+  if (step.op_type != "Slice" || step.inputs.size() < 3) return false;
   if (step.inputs.size() > 4 && step.inputs[4] >= 0) {
     const PlanValue& st = plan.values[step.inputs[4]];
     if (st.constant < 0) return false;
@@ -87,6 +90,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   ctx->readers_.resize(nv);
   ctx->producer_.assign(nv, -1);
   ctx->placed_.assign(nv, nullptr);
+  ctx->concat_host_.assign(nv, -1);  // set by place_concat_inputs once the arena is planned
   ctx->skip_step_.assign(ns, 0);
   for (size_t s = 0; s < ns; ++s) {
     for (int v : plan->steps[s].inputs)
@@ -108,11 +112,11 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   for (size_t v = 0; v < nv; ++v)
     if (const int root = ctx->alias_root_[v]; root >= 0 && ctx->last_use_[v] >= 0)
       ctx->last_use_[root] = std::max(ctx->last_use_[root], ctx->last_use_[v]);
-  // A Slice that may be a view keeps its own (planned) buffer, and its input's buffer lives as
-  // long as the Slice's output is read; later Slices first, so chains of them reach the root.
+  // A step that may be a view keeps its own (planned) buffer, and its input's buffer lives as
+  // long as the step's output is read; later steps first, so chains of them reach the root.
   for (size_t s = ns; s-- > 0;) {
     const PlanStep& step = plan->steps[s];
-    if (ctx->view_step_[s] || !is_slice_view_candidate(*plan, step) || step.inputs[0] < 0) continue;
+    if (ctx->view_step_[s] || !is_conditional_view(*plan, step) || step.inputs[0] < 0) continue;
     ctx->view_step_[s] = 3;
     const int in = step.inputs[0], root = ctx->alias_root_[in] >= 0 ? ctx->alias_root_[in] : in;
     ctx->last_use_[root] = std::max(ctx->last_use_[root], ctx->last_use_[step.outputs[0]]);
@@ -187,8 +191,22 @@ Status ExecutionContext::set_input(size_t index, const TensorView& view) {
   return Status::Ok();
 }
 
-std::optional<int64_t> ExecutionContext::contiguous_slice_offset(std::span<const TensorView> in, const TensorDesc& out) const {
+std::optional<int64_t> ExecutionContext::conditional_view_offset(const PlanStep& step, std::span<const TensorView> in,
+                                                                 const TensorDesc& out) const {
   const Shape& x = in[0].shape;
+  if (step.op_type == "Transpose") {
+    // The same bytes when the dims other than 1 keep their order.
+    auto perm = step.attrs.find("perm");
+    if (perm == step.attrs.end() || static_cast<int>(perm->second.ints.size()) != x.rank()) return std::nullopt;
+    int64_t last = -1;
+    for (int64_t p : perm->second.ints) {
+      if (p < 0 || p >= x.rank()) return std::nullopt;
+      if (x[p] == 1) continue;
+      if (p < last) return std::nullopt;
+      last = p;
+    }
+    return 0;
+  }
   if (out.shape.rank() != x.rank() || (out.shape.numel() > 0 && !in[0].data)) return std::nullopt;
   int p = 0;
   while (p < x.rank() && out.shape[p] == x[p]) ++p;
@@ -237,8 +255,10 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
     views_[v] = TensorView{placed_[v], desc[0].dtype, desc[0].shape};
     return Status::Ok();
   }
-  if (view_step_[s] == 3 && !bound_outputs_[step.outputs[0]].present() && slab_pitch_[step.inputs[0]] == 0) {
-    if (auto offset = contiguous_slice_offset(in, desc[0])) {
+  // A conditional view placed in a Concat's or a state's buffer writes there instead.
+  if (view_step_[s] == 3 && !bound_outputs_[step.outputs[0]].present() && !placed_[step.outputs[0]] &&
+      concat_host_[step.outputs[0]] < 0 && slab_pitch_[step.inputs[0]] == 0) {
+    if (auto offset = conditional_view_offset(step, in, desc[0])) {
       const int v = step.outputs[0];
       views_[v] = TensorView{static_cast<char*>(in[0].data) + *offset, desc[0].dtype, desc[0].shape};
       planned_[v] = desc[0];
@@ -436,7 +456,7 @@ void ExecutionContext::place_concat_inputs() {
       const TensorDesc d = value_desc(in);
       const size_t bytes = static_cast<size_t>(d.shape.numel()) * dtype_size(d.dtype);
       const int root = alias_root_[in] >= 0 ? alias_root_[in] : in;
-      const bool placeable = bytes > 0 && root != out && producer_[root] >= 0 && !view_step_[producer_[root]] && concat_host_[root] < 0 &&
+      const bool placeable = bytes > 0 && root != out && producer_[root] >= 0 && (view_step_[producer_[root]] == 0 || view_step_[producer_[root]] == 3) && concat_host_[root] < 0 &&
                              !bound_outputs_[root].present() && planned_[root].shape.numel() == d.shape.numel() &&
                              planned_[root].dtype == d.dtype && !(is_output[root] && is_output[out]);
       if (placeable) {

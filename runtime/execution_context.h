@@ -82,8 +82,10 @@ class ExecutionContext {
  private:
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
   Status run_step(size_t s, bool use_arena);
-  // The byte offset of a Slice step's output within its input when it is one contiguous block.
-  std::optional<int64_t> contiguous_slice_offset(std::span<const TensorView> in, const TensorDesc& out) const;
+  // The byte offset of a conditional view's output (view_step_ 3) within its input when the run's
+  // shapes make it a view: a Slice of one contiguous block, a Transpose moving only dims of 1.
+  std::optional<int64_t> conditional_view_offset(const PlanStep& step, std::span<const TensorView> in,
+                                                 const TensorDesc& out) const;
   void plan_arena();
   void place_concat_inputs();
   void release_dead_buffers(size_t s);
@@ -110,7 +112,7 @@ class ExecutionContext {
   std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
   std::vector<int> alias_root_;              // per value: the value whose buffer it views, or -1
   std::vector<char> view_step_;              // per step: 1 = view of input 0 (Reshape & co.), 2 = view at a Gather offset,
-                                             // 3 = a Slice that is a view when its block is contiguous (else it copies)
+                                             // 3 = a view at some shapes only (Slice, Transpose; else it copies)
   struct SharedDim { int input_a, dim_a, input_b, dim_b; };
   std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
   std::shared_ptr<void> arena_;

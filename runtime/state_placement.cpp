@@ -96,7 +96,7 @@ bool ExecutionContext::place_value(int value, char* base, int axis, int64_t pitc
   const int p = producer_[value];
   if (p < 0 || axis < 0 || axis >= shape.rank() || pl.at[value] || bound_outputs_[value].present()) return false;
   const PlanStep& step = plan_->steps[p];
-  if (view_step_[p] == 2 || view_step_[p] == 3) return false;  // already (or maybe) a view into another buffer
+  if (view_step_[p] == 2) return false;  // already a view into another buffer (a conditional view, 3, placed writes here)
   pl.at[value] = base;
   if (shape.numel(0, axis) <= 1) {
     // Contiguous at base. A Reshape-like view is placed through its input, which it aliases.

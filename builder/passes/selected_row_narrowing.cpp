@@ -2,10 +2,10 @@
 // ControlTransformer's prediction head does; the class token, x[:, 0], as ViT's) exports it as a
 // Gather with a constant scalar index, or a Slice of length one, at the end of a chain of row-wise
 // nodes: elementwise ops, LayerNormalization, linear layers (MatMul/Gemm with a weight that does not
-// depend on the row), Transposes and the fused attention's queries. Each of these computes a row
-// of its output from the same row of its inputs, so the chain can compute that row only: the
-// selection moves up to where the chain starts (a Slice of one row is inserted there) and every
-// node in between works on one row instead of hundreds. In a transformer this drops most of the
+// depend on the row), Transposes, Reshapes that keep the row axis, and the fused attention's
+// queries. Each of these computes a row of its output from the same row of its inputs, so the
+// chain can compute that row only: the selection moves up to where the chain starts (a Slice of
+// one row is inserted there) and every node in between works on one row instead of hundreds. In a transformer this drops most of the
 // last layer's work (queries, attention, output projection, MLP); its K/V, which every token
 // needs, are computed in full.
 //
@@ -167,6 +167,7 @@ class Narrowing {
           g_.nodes[i].inputs[d.slot] = slices[key];
         }
       }
+      if (it != narrowed_.end() && g_.nodes[i].op_type == "Reshape") narrow_reshape_target(g_.nodes[i]);
       order.push_back(std::move(g_.nodes[i]));
     }
     g_.nodes = std::move(order);
@@ -276,6 +277,7 @@ class Narrowing {
       if (it == n.attrs.end() || static_cast<int>(it->second.ints.size()) != rank) return std::nullopt;
       return std::vector<Demand>{{0, static_cast<int>(it->second.ints[axis])}};
     }
+    if (op == "Reshape") return reshape_demands(n, axis);
     if (op == "MatMul") {
       // Row `axis` of A x W, with W 2-D and not read per row: row `axis` of A.
       const SymShape* as = shape_of(g_, n.inputs[0]);
@@ -335,6 +337,31 @@ class Narrowing {
     return d;
   }
 
+  // A Reshape that keeps every dim up to the row axis and regroups only the dims after it (e.g.
+  // [S, B*E] <-> [S, B, E] with B = 1) maps row i to row i; its target then gets 1 at the row
+  // axis (a positive target dim there would no longer match the narrowed input).
+  std::optional<std::vector<Demand>> reshape_demands(const Node& n, int axis) const {
+    if (n.inputs.size() != 2 || n.inputs[1] < 0 || !g_.values[n.inputs[1]].is_constant()) return std::nullopt;
+    const SymShape* xs = shape_of(g_, n.inputs[0]);
+    const SymShape* ys = shape_of(g_, n.outputs[0]);
+    if (!xs || !ys || static_cast<int>(xs->size()) <= axis) return std::nullopt;
+    for (int d = 0; d <= axis; ++d)
+      if (!((*xs)[d] == (*ys)[d]) || (!(*xs)[d].is_known() && !(*xs)[d].is_symbol())) return std::nullopt;
+    auto tail = [&](const SymShape& s) -> std::optional<int64_t> {  // product of the dims after the axis
+      int64_t p = 1;
+      for (size_t d = axis + 1; d < s.size(); ++d) {
+        if (!s[d].is_known()) return std::nullopt;
+        p *= s[d].value;
+      }
+      return p;
+    };
+    const bool same_tail = std::equal(xs->begin() + axis + 1, xs->end(), ys->begin() + axis + 1, ys->end());
+    if (!same_tail && (!tail(*xs) || tail(*xs) != tail(*ys))) return std::nullopt;
+    const Tensor& target = g_.values[n.inputs[1]].constant;
+    if (target.dtype() != DType::kInt64 || target.numel() != static_cast<int64_t>(ys->size())) return std::nullopt;
+    return std::vector<Demand>{{0, axis}};
+  }
+
   // kiln::Attention computes query row i from q row i (and mask row i): only output 0 narrows.
   std::optional<std::vector<Demand>> attention_demands(const Node& n, int axis) const {
     auto layout = n.attrs.find("layout");
@@ -357,6 +384,16 @@ class Narrowing {
       if (r == Read::kRow) d.push_back({3, ma});
     }
     return d;
+  }
+
+  // A narrowed Reshape's target with 1 at the row axis (0 copies the input's dim, -1 infers it:
+  // both already give 1).
+  void narrow_reshape_target(Node& n) {
+    const int axis = value_axis_.at(n.outputs[0]);
+    Tensor target = Tensor::copy_of(g_.values[n.inputs[1]].constant.view());
+    int64_t& t = target.as<int64_t>()[axis];
+    if (t > 0) t = 1;
+    n.inputs[1] = g_.add_constant(g_.unique_name(n.name + "/row_target"), std::move(target));
   }
 
   // Slice(v, [index], [index + 1], [axis]) as a new node and value.

@@ -425,5 +425,44 @@ TEST(ExecutionContext, SliceIsAViewWhenContiguousAndCopiesOtherwise) {
   }
 }
 
+// A Transpose that moves only dims of size 1 keeps the bytes in order: a view. One that swaps two
+// dims larger than 1 copies.
+TEST(ExecutionContext, TransposeOfUnitDimsIsAView) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{3}, int64_t{1}, int64_t{4}});
+  b.node("Relu", {"x"}, {"a"});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"a"}, {"t"}), "perm", {1, 0, 2});   // [1, 3, 4]: a view
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"a"}, {"u"}), "perm", {2, 1, 0});   // [4, 1, 3]: copied
+  b.node("Neg", {"t"}, {"y"});
+  b.node("Neg", {"u"}, {"z"});
+  b.output("y").output("z");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok());
+  auto plan = build_plan(*g, BuildOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  auto id = [&](const std::string& name) {
+    for (size_t v = 0; v < (*plan)->values.size(); ++v)
+      if ((*plan)->values[v].name == name) return static_cast<int>(v);
+    return -1;
+  };
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{3, 1, 4});
+  for (int i = 0; i < 12; ++i) x.as<float>()[i] = static_cast<float>(i) - 2.0f;
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE((*ctx)->run().ok());
+    EXPECT_EQ((*ctx)->value(id("t")).data, (*ctx)->value(id("a")).data);
+    EXPECT_NE((*ctx)->value(id("u")).data, (*ctx)->value(id("a")).data);
+    const TensorView& y = (*ctx)->output(0);
+    ASSERT_EQ(y.shape, (Shape{1, 3, 4}));
+    for (int i = 0; i < 12; ++i) EXPECT_EQ(y.as<float>()[i], -std::max(0.0f, x.as<float>()[i]));
+    const TensorView& z = (*ctx)->output(1);
+    ASSERT_EQ(z.shape, (Shape{4, 1, 3}));
+    for (int c = 0; c < 4; ++c)
+      for (int r = 0; r < 3; ++r) EXPECT_EQ(z.as<float>()[c * 3 + r], -std::max(0.0f, x.as<float>()[r * 4 + c]));
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// selected_row_narrowing: a transformer block's tail (attention queries, output projection,
-// residual adds, MLP, a Transpose) read through a one-row Gather is narrowed to that row: asserted
+// selected_row_narrowing: a transformer block's tail (attention queries, output projection, head
+// split/merge Reshapes, residual adds, MLP, a Transpose) read through a one-row Gather is narrowed to that row: asserted
 // on the rewritten graph and run with the pass on and off (same outputs). Also where it must not
 // narrow: a causal attention whose selected query is not the last, a value someone else reads.
 #include <gtest/gtest.h>
@@ -75,7 +75,12 @@ OnnxModelBuilder block_model(const Options& o) {
   float_attr(att, "scale", 0.5f);
   string_attr(att, "mask", o.mask);
   b.node("MatMul", {"att", "wo"}, {"o"}, "out_proj");
-  b.node("Add", {"x", "o"}, {"r"}, "residual1");
+  // Heads split and merged again: Reshapes that regroup only the dims after the row axis.
+  b.initializer("split_shape", {1, kS, 2, kD / 2}, {4});
+  b.initializer("merge_shape", {0, -1, kD}, {3});
+  b.node("Reshape", {"o", "split_shape"}, {"o4"}, "split");
+  b.node("Reshape", {"o4", "merge_shape"}, {"o3"}, "merge");
+  b.node("Add", {"x", "o3"}, {"r"}, "residual1");
   b.node("MatMul", {"r", "w1"}, {"h"}, "fc1");
   b.node("Add", {"h", "b1"}, {"hb"}, "fc1_bias");
   b.node("Relu", {"hb"}, {"e"}, "act");
@@ -175,7 +180,8 @@ TEST(SelectedRowNarrowing, TransformerTailComputesOnlyTheSelectedRow) {
     o.index = index;
     PassContext ctx;
     Graph g = rewritten(o, &ctx);
-    for (const char* n : {"q_proj", "attention", "out_proj", "residual1", "fc1", "fc1_bias", "act", "fc2", "residual2"})
+    for (const char* n : {"q_proj", "attention", "out_proj", "split", "merge", "residual1", "fc1", "fc1_bias", "act", "fc2",
+                           "residual2"})
       EXPECT_EQ(rows_of(g, n), 1) << n << " index " << index;
     // K and V (the cache every token needs) and the LayerNorm they share stay whole.
     EXPECT_EQ(rows_of(g, "k_proj"), kS);
