@@ -51,9 +51,13 @@ bool timeable(const Plan& plan, const PlanStep& step, const ExecutionContext& ct
 }
 
 // Best-of-N wall time of one kernel on fixed inputs; stops early once it is clearly slower than
-// `best_ms` (a naive reference kernel need not be timed to the end at 1 GFLOP).
+// `best_ms` (a naive reference kernel need not be timed to the end at 1 GFLOP). A candidate that
+// cannot run these inputs as itself returns its reason in *unavailable and no time: its prepare
+// fails with Unimplemented (oneDNN's Winograd convolution outside 3x3 stride 1), or it hands the
+// case to another implementation (an oneDNN kernel falling back to the reference), which would
+// otherwise be timed, and recorded, under the candidate's name.
 StatusOr<double> time_kernel(const KernelRegistry& registry, const KernelArgs& args, const AttrMap& attrs, const std::string& impl,
-                             std::span<const TensorView> in, double best_ms) {
+                             std::span<const TensorView> in, double best_ms, std::string* unavailable) {
   KILN_ASSIGN_OR_RETURN(auto kernel, registry.create(args, attrs, impl));
   std::vector<TensorDesc> desc(static_cast<size_t>(args.num_outputs));
   KILN_RETURN_IF_ERROR(kernel->infer(in, desc));
@@ -64,7 +68,15 @@ StatusOr<double> time_kernel(const KernelRegistry& registry, const KernelArgs& a
     outs.push_back(std::move(t));
     out_views.push_back(outs.back().view());
   }
-  KILN_RETURN_IF_ERROR(kernel->prepare(in, out_views));
+  if (Status st = kernel->prepare(in, out_views); !st.ok()) {
+    if (st.code() != StatusCode::kUnimplemented) return st;
+    *unavailable = st.message();
+    return 0.0;
+  }
+  if (kernel->impl_name() != impl) {
+    *unavailable = "runs these shapes as '" + std::string(kernel->impl_name()) + "'";
+    return 0.0;
+  }
   double best = -1;
   for (int r = 0; r < 6; ++r) {
     const auto t0 = Clock::now();
@@ -126,10 +138,12 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
   // Candidates keep the step's precision: precision is the config's choice (bf16 kernels only
   // where `precision: bf16` put them), tactics only pick among kernels of that precision.
   auto is_bf16 = [](const std::string& impl) { return impl.find("bf16") != std::string::npos; };
+  // Kernels needing CPU features this machine lacks are not candidates (and so not in cache keys).
+  const uint64_t host = host_cpu_features();
   auto candidates = [&](const PlanStep& step) {
     std::vector<const KernelEntry*> out;
     for (const auto* e : registry.implementations(step.op_type))
-      if (is_bf16(e->impl) == is_bf16(step.impl)) out.push_back(e);
+      if (is_bf16(e->impl) == is_bf16(step.impl) && (e->cpu_features & ~host) == 0) out.push_back(e);
     return out;
   };
   std::vector<size_t> candidates_steps;
@@ -195,13 +209,16 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
       args.num_outputs = static_cast<int>(step.outputs.size());
       double best = -1;
       for (const auto* e : impls) {
-        KILN_ASSIGN_OR_RETURN(double ms, time_kernel(registry, args, step.attrs, e->impl, in, best));
-        dec.timings.push_back({e->impl, ms});
+        std::string unavailable;
+        KILN_ASSIGN_OR_RETURN(double ms, time_kernel(registry, args, step.attrs, e->impl, in, best, &unavailable));
+        dec.timings.push_back({e->impl, ms, unavailable});
+        if (!unavailable.empty()) continue;
         if (ms >= 0 && (best < 0 || ms < best)) {
           best = ms;
           dec.chosen = e->impl;
         }
       }
+      if (dec.chosen.empty()) dec.chosen = step.impl;  // no candidate could run it as itself: keep the default
       cache.insert(key, dec.chosen);
     }
     step.impl = dec.chosen;
@@ -245,8 +262,13 @@ std::string tactics_report_json(const TacticLog& log) {
       for (size_t k = 0; k < d.timings.size(); ++k) {
         char ms[32];
         std::snprintf(ms, sizeof ms, "%.4g", d.timings[k].ms);
-        os << (k ? ", " : "") << json_string(d.timings[k].impl) << ": " << ms;
+        // An unavailable candidate has no time: null (its reason is in "unavailable").
+        os << (k ? ", " : "") << json_string(d.timings[k].impl) << ": " << (d.timings[k].unavailable.empty() ? ms : "null");
       }
+      os << "}, \"unavailable\": {";
+      size_t u = 0;
+      for (const auto& t : d.timings)
+        if (!t.unavailable.empty()) os << (u++ ? ", " : "") << json_string(t.impl) << ": " << json_string(t.unavailable);
       os << "}}";
     }
     os << "]";

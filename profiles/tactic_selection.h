@@ -1,6 +1,8 @@
 // Tactic selection: where an op has more than one kernel implementation (MatMul, Gemm and Conv have
-// "onednn" and "reference"), engine-build times each candidate on the step's own shapes at the
-// profile's opt point and records the fastest as the step's impl in the engine.
+// "onednn" and "reference", FusedConv also "onednn_winograd"), engine-build times each candidate on
+// the step's own shapes at the profile's opt point and records the fastest as the step's impl in
+// the engine. A candidate that cannot run the step as itself (prepare fails with Unimplemented, or
+// it falls back to another kernel) is reported unavailable and never chosen.
 //
 // Timing cache: the choices, keyed by op, candidates, input dtypes/shapes (and which are weights),
 // attributes, thread count and CPU features, can be saved to a file and reused. A rebuild with the
@@ -22,6 +24,8 @@ namespace kiln {
 struct TacticTiming {
   std::string impl;
   double ms = 0;  // best of the timed runs; < 0 = not timed to the end (far slower than the best)
+  // Non-empty: the candidate cannot run the step's shapes as itself (why), and was not timed.
+  std::string unavailable;
 };
 
 struct TacticDecision {
@@ -56,7 +60,7 @@ PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const
                                TacticLog* log);
 
 // The report's "tactics" object: per profile, the steps with a choice, what was chosen and the
-// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms}}).
+// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms or null}, "unavailable": {impl: why}}).
 std::string tactics_report_json(const TacticLog& log);
 
 }  // namespace kiln

@@ -20,9 +20,22 @@
 //
 // impl "onednn_bf16" (engines built with precision: bf16) converts X and W to bfloat16 in the same
 // reorders; accumulation and the output stay float32.
+//
+// impl "onednn_winograd" (FusedConv only) is the same kernel on oneDNN's Winograd convolution
+// (F(2x2,3x3) or F(4x4,3x3) on AVX-512): 2.25x to 4x fewer multiplies than the direct one for 3x3
+// stride-1 convolutions, at a larger rounding error (the input/output transforms add and subtract
+// products of values of different sizes). It computes in the blocked nChw16c layout, so X, the
+// residual and Y are reordered around it even between NHWC FusedConvs. It ranks below "onednn":
+// tactic selection runs it only where it times faster. Where oneDNN has no Winograd
+// implementation (not 3x3, stride or dilation != 1, groups, pads > 1, no AVX-512, not float32)
+// prepare() fails with Unimplemented rather than quietly running something else, so a tactic never
+// records a Winograd choice that did not run as one. Whether oneDNN has it depends on the weights,
+// the attributes and the CPU only, never on the batch or spatial size, so an engine that chose it
+// at opt can run it at every shape of the profile.
 #include <cstring>
 #include <tuple>
 
+#include "runtime/engine_format.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
 
@@ -174,21 +187,32 @@ StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& ar
   return std::unique_ptr<Kernel>(std::make_unique<FusedConvReference>(std::move(ref), *spec));
 }
 
+enum class ConvAlgo { kDirect, kDirectBf16, kWinograd };
+
 class OnednnConvKernel final : public OnednnKernel {
  public:
   // `fused`: a FusedConv (constant W, epilogue `act` and an optional residual).
-  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16, bool fused, FusedSpec spec)
-      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16), fused_(fused), spec_(spec) {}
-  const char* impl_name() const override { return use_ref_ ? "reference" : bf16_ ? "onednn_bf16" : "onednn"; }
+  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, ConvAlgo algo, bool fused, FusedSpec spec)
+      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), algo_(algo), bf16_(algo == ConvAlgo::kDirectBf16),
+        fused_(fused), spec_(spec) {}
+  const char* impl_name() const override {
+    if (use_ref_) return "reference";
+    return algo_ == ConvAlgo::kWinograd ? "onednn_winograd" : bf16_ ? "onednn_bf16" : "onednn";
+  }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const Shape xs = spec_.x_nhwc ? nhwc_to_nchw_shape(in[0].shape) : in[0].shape;
     const Shape& ws = in[1].shape;
     const int n = xs.rank() - 2;
-    if (in[0].dtype != DType::kFloat32 || (n != 1 && n != 2) || xs.numel() == 0 || out[0].numel() == 0 ||
-        ws.numel() == 0)
+    // Empty tensors are no work for any algorithm: the reference handles them.
+    if (xs.numel() == 0 || out[0].numel() == 0 || ws.numel() == 0) return false;
+    const bool winograd = algo_ == ConvAlgo::kWinograd;
+    if (in[0].dtype != DType::kFloat32 || (n != 1 && n != 2)) {
+      if (winograd)
+        return Unimplemented("oneDNN's Winograd convolution needs float32 2-D input, got " + dtype_name(in[0].dtype) + " " + in[0].shape.str());
       return false;
+    }
     KILN_ASSIGN_OR_RETURN(WindowGeom g, forward_window_geometry(w_, xs.data() + 2, ws.data() + 2, n, false));
     // 1-D becomes 2-D with a leading unit spatial dim.
     const int h = n == 2 ? 0 : -1, wd = n - 1;
@@ -220,9 +244,15 @@ class OnednnConvKernel final : public OnednnKernel {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);
     const dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(src_d, cdt, tag::any),
-        memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any), strides, dil, pad_l, pad_r);
-    const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+        dnnl::prop_kind::forward_inference, winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
+        memory::desc(src_d, cdt, tag::any), memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any),
+        strides, dil, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd;
+    if (winograd) {
+      KILN_ASSIGN_OR_RETURN(pd, winograd_primitive_desc(desc, attr, xs, ws));
+    } else {
+      pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());  // throws: the reference runs it
+    }
     const memory::desc wei_md = pd.weights_desc(), src_md = pd.src_desc(), dst_md = pd.dst_desc();
 
     conv_.reset();
@@ -296,8 +326,29 @@ class OnednnConvKernel final : public OnednnKernel {
     return {from_slot, to_slot};
   }
 
+  // The Winograd primitive, or Unimplemented where oneDNN has none for this case.
+  StatusOr<dnnl::convolution_forward::primitive_desc> winograd_primitive_desc(const dnnl::convolution_forward::desc& desc,
+                                                                               const dnnl::primitive_attr& attr, const Shape& xs,
+                                                                               const Shape& ws) const {
+    const auto none = [&] {
+      return Unimplemented("oneDNN has no Winograd convolution for " + xs.str() + " * " + ws.str() +
+                           " with these strides/dilations/pads/group on this CPU (it needs AVX-512, a 3x3 kernel, stride 1, "
+                           "no dilation, group 1 and pads <= 1)");
+    };
+    try {
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+      // Only Winograd implementations accept the algorithm today; checked so that a later oneDNN
+      // serving it with a direct kernel cannot make the tactic time a direct convolution twice.
+      if (std::string(pd.impl_info_str()).find("wino") == std::string::npos) return none();
+      return pd;
+    } catch (const dnnl::error&) {
+      return none();
+    }
+  }
+
   WindowAttrs w_;
   int64_t group_;
+  ConvAlgo algo_;
   bool bf16_, fused_;
   FusedSpec spec_;
   bool has_bias_ = false, has_res_ = false, copy_res_ = false;
@@ -307,8 +358,8 @@ class OnednnConvKernel final : public OnednnKernel {
   int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, dst_out_slot_ = 0, res_slot_ = 0, res_dst_slot_ = 0;
 };
 
-KernelFactory onednn_factory(bool bf16, bool fused) {
-  return [bf16, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+KernelFactory onednn_factory(ConvAlgo algo, bool fused) {
+  return [algo, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
     FusedSpec spec;
     std::unique_ptr<Kernel> ref;
     if (fused) {
@@ -319,7 +370,7 @@ KernelFactory onednn_factory(bool bf16, bool fused) {
     WindowAttrs w;
     KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
     KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16, fused, spec));
+    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, algo, fused, spec));
   };
 }
 
@@ -333,9 +384,15 @@ void register_onednn_conv_kernels(KernelRegistry& r) {
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
   for (bool fused : {false, true}) {
     const char* op = fused ? "FusedConv" : "Conv";
-    r.add({op, "onednn", 10, onednn_factory(false, fused)});
-    r.add({op, "onednn_bf16", 5, onednn_factory(true, fused)});
+    r.add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
+    r.add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
   }
+  // Winograd only for FusedConv, whose weights are constant: its weight transform (4x the data for
+  // F(4x4,3x3)) is done once when packing, where plain Conv would redo it on every run. It ranks
+  // below "onednn" (tactic selection picks it where it times faster) and needs AVX-512 (oneDNN's
+  // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
+  // discontinued Xeon Phi line has all four).
+  r.add({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
 }
 
 }  // namespace kiln
