@@ -132,8 +132,12 @@ const std::string* TimingCache::find(const std::string& key) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
-                                                     TimingCache& cache, const KernelRegistry& registry) {
+namespace {
+
+// Graph input `name` (plan input `index`) for the run that learns every step's shapes.
+using InputSource = std::function<StatusOr<Tensor>(size_t index, const std::string& name)>;
+
+StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& input_for, TimingCache& cache, const KernelRegistry& registry) {
   std::vector<TacticDecision> decisions;
   // Candidates keep the step's precision: precision is the config's choice (bf16 kernels only
   // where `precision: bf16` put them), tactics only pick among kernels of that precision.
@@ -156,11 +160,7 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(shared, registry));
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < ctx->num_inputs(); ++i) {
-    const std::string& name = ctx->input_name(i);
-    auto it = opt_shapes.find(name);
-    if (it == opt_shapes.end()) return Internal("tactic selection: no opt shape for input '" + name + "'");
-    auto g = cfg.inputs.find(name);
-    KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(name, plan.values[plan.inputs[i]].dtype, it->second, g == cfg.inputs.end() ? nullptr : &g->second));
+    KILN_ASSIGN_OR_RETURN(Tensor t, input_for(i, ctx->input_name(i)));
     inputs.push_back(std::move(t));
     KILN_RETURN_IF_ERROR(ctx->set_input(i, inputs.back().view()));
   }
@@ -227,19 +227,45 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
   return decisions;
 }
 
+}  // namespace
+
+StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
+                                                     TimingCache& cache, const KernelRegistry& registry) {
+  auto generated = [&](size_t i, const std::string& name) -> StatusOr<Tensor> {
+    auto it = opt_shapes.find(name);
+    if (it == opt_shapes.end()) return Internal("tactic selection: no opt shape for input '" + name + "'");
+    auto g = cfg.inputs.find(name);
+    return generate_input(name, plan.values[plan.inputs[i]].dtype, it->second, g == cfg.inputs.end() ? nullptr : &g->second);
+  };
+  return select(plan, generated, cache, registry);
+}
+
+StatusOr<std::vector<TacticDecision>> select_tactics_for_inputs(Plan& plan, const std::map<std::string, Tensor>& inputs, TimingCache& cache,
+                                                                const KernelRegistry& registry) {
+  auto given = [&](size_t, const std::string& name) -> StatusOr<Tensor> {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) return InvalidArgument("tactic selection: no value for input '" + name + "'");
+    return it->second;
+  };
+  return select(plan, given, cache, registry);
+}
+
+std::string tactics_summary(const std::vector<TacticDecision>& decisions) {
+  std::map<std::string, int> chosen;
+  for (const auto& d : decisions) ++chosen[d.op_type + " " + d.chosen];
+  std::string summary;
+  for (const auto& [what, n] : chosen) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  return summary;
+}
+
 PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const std::function<void(const std::string&)>& progress,
                                TacticLog* log) {
   return [&cfg, &cache, progress, log](Plan& plan, const ResolvedProfile& profile) -> Status {
     const auto t0 = Clock::now();
     KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics(plan, profile.shapes_at(ResolvedProfile::Point::kOpt), cfg, cache));
     size_t cached = 0;
-    std::map<std::string, int> chosen;
-    for (const auto& d : decisions) {
-      cached += d.from_cache ? 1 : 0;
-      ++chosen[d.op_type + " " + d.chosen];
-    }
-    std::string summary;
-    for (const auto& [what, n] : chosen) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    for (const auto& d : decisions) cached += d.from_cache ? 1 : 0;
+    const std::string summary = tactics_summary(decisions);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f s", std::chrono::duration<double>(Clock::now() - t0).count());
     progress("[profile '" + profile.name + "'] tactics: " + std::to_string(decisions.size()) + " steps with a choice (" +

@@ -52,6 +52,14 @@ class TimingCache {
 StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
                                                      TimingCache& cache, const KernelRegistry& registry = KernelRegistry::builtin());
 
+// The same selection for engine-run's in-memory build: the plan runs once on `inputs` (every graph
+// input, by name) to learn each step's shapes, and each step is timed there.
+StatusOr<std::vector<TacticDecision>> select_tactics_for_inputs(Plan& plan, const std::map<std::string, Tensor>& inputs, TimingCache& cache,
+                                                                const KernelRegistry& registry = KernelRegistry::builtin());
+
+// "N op impl, ..." over the decisions, for progress lines.
+std::string tactics_summary(const std::vector<TacticDecision>& decisions);
+
 using TacticLog = std::map<std::string, std::vector<TacticDecision>>;  // by profile
 
 // engine-build's plan hook: selects the tactics of each profile at its opt shapes (printing a
