@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "builder/plan_winograd_layout.h"
 #include "profiles/input_generator.h"
 #include "profiles/json_text.h"
 #include "runtime/engine_format.h"
@@ -224,6 +225,8 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     step.impl = dec.chosen;
     decisions.push_back(std::move(dec));
   }
+  // With the kernels known, values between Winograd convolutions skip their NHWC round trip.
+  keep_nchw16c_between_winograd_convs(plan);
   return decisions;
 }
 
@@ -250,11 +253,17 @@ StatusOr<std::vector<TacticDecision>> select_tactics_for_inputs(Plan& plan, cons
   return select(plan, given, cache, registry);
 }
 
-std::string tactics_summary(const std::vector<TacticDecision>& decisions) {
+std::string tactics_summary(const Plan& plan, const std::vector<TacticDecision>& decisions) {
   std::map<std::string, int> chosen;
   for (const auto& d : decisions) ++chosen[d.op_type + " " + d.chosen];
   std::string summary;
   for (const auto& [what, n] : chosen) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  int blocked = 0;
+  for (const auto& step : plan.steps) {
+    auto it = step.attrs.find("y_layout");
+    blocked += step.op_type == "FusedConv" && it != step.attrs.end() && it->second.s == "nchw16c";
+  }
+  if (blocked) summary += "; " + std::to_string(blocked) + " values between Winograd convolutions kept in nChw16c";
   return summary;
 }
 
@@ -265,7 +274,7 @@ PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const
     KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics(plan, profile.shapes_at(ResolvedProfile::Point::kOpt), cfg, cache));
     size_t cached = 0;
     for (const auto& d : decisions) cached += d.from_cache ? 1 : 0;
-    const std::string summary = tactics_summary(decisions);
+    const std::string summary = tactics_summary(plan, decisions);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f s", std::chrono::duration<double>(Clock::now() - t0).count());
     progress("[profile '" + profile.name + "'] tactics: " + std::to_string(decisions.size()) + " steps with a choice (" +

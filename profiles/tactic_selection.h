@@ -48,7 +48,8 @@ class TimingCache {
 };
 
 // Times the candidates of every multi-implementation step of `plan` at `opt_shapes` (all graph
-// inputs), consulting and filling `cache`, and sets each such step's impl.
+// inputs), consulting and filling `cache`, and sets each such step's impl; then keeps the values
+// between Winograd FusedConvs in nChw16c (builder/plan_winograd_layout.h).
 StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
                                                      TimingCache& cache, const KernelRegistry& registry = KernelRegistry::builtin());
 
@@ -57,8 +58,9 @@ StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<
 StatusOr<std::vector<TacticDecision>> select_tactics_for_inputs(Plan& plan, const std::map<std::string, Tensor>& inputs, TimingCache& cache,
                                                                 const KernelRegistry& registry = KernelRegistry::builtin());
 
-// "N op impl, ..." over the decisions, for progress lines.
-std::string tactics_summary(const std::vector<TacticDecision>& decisions);
+// "N op impl, ..." over the decisions, and how many values the plan keeps in nChw16c between
+// Winograd convolutions, for progress lines.
+std::string tactics_summary(const Plan& plan, const std::vector<TacticDecision>& decisions);
 
 using TacticLog = std::map<std::string, std::vector<TacticDecision>>;  // by profile
 

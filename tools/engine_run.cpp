@@ -246,7 +246,7 @@ Status run(const Args& args) {
     KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(*plan, inputs, cache));
     if (!decisions.empty())
       std::fprintf(stderr, "engine-run: tactics: %zu steps with a choice in %.2f s: %s\n", decisions.size(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tactics_summary(decisions).c_str());
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tactics_summary(*plan, decisions).c_str());
   }
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plan));
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));

@@ -1,7 +1,7 @@
 // FusedConv on oneDNN's Winograd convolution (impl "onednn_winograd") against a float64 reference at
 // awkward shapes (odd and non-square H/W, channels that are not multiples of 16, batch 2, valid and
 // asymmetric pads, residual and Relu, NCHW and NHWC), its clean Unimplemented where oneDNN has no
-// Winograd kernel, and the empty-batch fallback.
+// Winograd kernel, the empty-batch fallback, and the nchw16c layout on every FusedConv impl.
 //
 // Tolerance. Winograd computes Y = A^T [(G W G^T) . (B^T X B)] A: the products are taken on
 // transformed tiles whose entries are sums of inputs scaled by 1/4..4 (F(4x4,3x3); 1/2..1 for
@@ -166,6 +166,56 @@ TEST(FusedConvWinograd, MatchesFloat64ReferenceAtAwkwardShapes) {
   }
   // For the record (the tolerance comment quotes these).
   std::printf("max abs error vs float64: winograd %.3g, direct %.3g\n", worst_wino, worst_direct);
+}
+
+// [N, C, H, W] -> [N, C/16, H, W, 16], written out here rather than taken from the code under test.
+template <typename T>
+Tensor to_nchw16c(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(t.dtype(), Shape{s[0], s[1] / 16, s[2], s[3], 16});
+  const int64_t hw = s[2] * s[3];
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t p = 0; p < hw; ++p) o.as<T>()[((n * (s[1] / 16) + c / 16) * hw + p) * 16 + c % 16] = t.as<T>()[(n * s[1] + c) * hw + p];
+  return o;
+}
+
+TEST(FusedConvWinograd, Nchw16cLayoutsOnEveryImpl) {
+  if (!host_has_avx512()) GTEST_SKIP() << "oneDNN's Winograd convolution needs AVX-512";
+  const AttrMap conv{{"pads", Attribute::Ints({1, 1, 1, 1})}};
+  const Shape xs{2, 32, 9, 7}, ws{48, 32, 3, 3}, ys{2, 48, 9, 7};
+  const std::vector<Tensor> nchw{random_f32(xs, 70), random_f32(ws, 71), random_f32(Shape{48}, 72), random_f32(ys, 73)};
+  const Tensor want = reference(conv, nchw, true, true);
+  // Every combination of X / residual / Y in nchw16c, the rest NHWC or NCHW.
+  for (int combo = 0; combo < 8; ++combo) {
+    AttrMap attrs = conv;
+    attrs["activation"] = Attribute::String("relu");
+    std::vector<Tensor> in = nchw;
+    const bool xb = combo & 1, rb = combo & 2, yb = combo & 4;
+    attrs["x_layout"] = Attribute::String(xb ? "nchw16c" : "nhwc");
+    in[0] = xb ? to_nchw16c<float>(in[0]) : to_nhwc<float>(in[0]);
+    attrs["residual_layout"] = Attribute::String(rb ? "nchw16c" : "nchw");
+    if (rb) in[3] = to_nchw16c<float>(in[3]);
+    attrs["y_layout"] = Attribute::String(yb ? "nchw16c" : "nchw");
+    const Tensor w = yb ? to_nchw16c<double>(want) : want;
+    for (const char* impl : {"onednn_winograd", "onednn", "reference"}) {
+      const RunResult r = run_fused(attrs, in, impl);
+      ASSERT_TRUE(r.status.ok()) << impl << " combo " << combo << ": " << r.status.message();
+      EXPECT_EQ(r.impl, impl);
+      EXPECT_LE(max_abs_err(r.y, w), 2e-5 * std::sqrt(32.0 * 9)) << impl << " combo " << combo;
+    }
+  }
+  // nchw16c needs whole 16-channel blocks: 24 output channels, or a block of 8, are errors at infer.
+  AttrMap bad_y = conv;
+  bad_y["y_layout"] = Attribute::String("nchw16c");
+  const RunResult r24 = run_fused(bad_y, {random_f32(xs, 74), random_f32(Shape{24, 32, 3, 3}, 75)}, "onednn_winograd");
+  EXPECT_EQ(r24.status.code(), StatusCode::kInvalidArgument) << r24.status.message();
+  EXPECT_NE(r24.status.message().find("divisible by 16"), std::string::npos) << r24.status.message();
+  AttrMap bad_x = conv;
+  bad_x["x_layout"] = Attribute::String("nchw16c");
+  const RunResult r8 = run_fused(bad_x, {random_f32(Shape{2, 4, 9, 7, 8}, 76), random_f32(ws, 77)}, "onednn");
+  EXPECT_EQ(r8.status.code(), StatusCode::kInvalidArgument) << r8.status.message();
+  EXPECT_NE(r8.status.message().find("[N, C/16, H, W, 16]"), std::string::npos) << r8.status.message();
 }
 
 TEST(FusedConvWinograd, FailsCleanlyWhereOnednnHasNoWinograd) {
