@@ -12,6 +12,7 @@
 #include "builder/plan_winograd_layout.h"
 #include "profiles/input_generator.h"
 #include "profiles/json_text.h"
+#include "profiles/tactic_refinement.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 
@@ -168,6 +169,12 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
   KILN_RETURN_IF_ERROR(ctx->run().with_context("tactic selection: running profile '" + plan.profile + "' at opt"));
 
   const std::string machine = "|threads=" + std::to_string(omp_get_max_threads()) + "|cpu=" + std::to_string(host_cpu_features());
+  // Keys timed in this build whose runner-up came close, for the in-context refinement; the steps
+  // sharing such a key (later steps hit it in the cache) are decided with it.
+  std::vector<ContestedKey> contested;
+  std::vector<std::string> contested_keys;
+  std::map<std::string, size_t> contested_index;
+  std::vector<size_t> decision_of(plan.steps.size(), 0);
   for (size_t s : candidates_steps) {
     PlanStep& step = plan.steps[s];
     if (!timeable(plan, step, *ctx)) continue;
@@ -201,6 +208,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     if (const std::string* hit = cache.find(key); hit && std::any_of(impls.begin(), impls.end(), [&](auto* e) { return e->impl == *hit; })) {
       dec.chosen = *hit;
       dec.from_cache = true;
+      if (auto it = contested_index.find(key); it != contested_index.end()) contested[it->second].steps.push_back(s);
     } else {
       KernelArgs args;
       args.op_type = step.op_type;
@@ -221,9 +229,26 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       }
       if (dec.chosen.empty()) dec.chosen = step.impl;  // no candidate could run it as itself: keep the default
       cache.insert(key, dec.chosen);
+      // The runner-up: the fastest other candidate timed to the end.
+      const TacticTiming* second = nullptr;
+      for (const auto& t : dec.timings)
+        if (t.unavailable.empty() && t.ms >= 0 && t.impl != dec.chosen && (!second || t.ms < second->ms)) second = &t;
+      if (second && best > 0 && second->ms < kContestedRatio * best) {
+        contested_index[key] = contested.size();
+        contested.push_back({{s}, dec.chosen, second->impl});
+        contested_keys.push_back(key);
+      }
     }
     step.impl = dec.chosen;
+    decision_of[s] = decisions.size();
     decisions.push_back(std::move(dec));
+  }
+  KILN_RETURN_IF_ERROR(refine_in_context(plan, contested, inputs, registry));
+  for (size_t k = 0; k < contested.size(); ++k) {
+    const ContestedKey& c = contested[k];
+    cache.insert(contested_keys[k], c.chosen);
+    for (size_t s : c.steps) decisions[decision_of[s]].chosen = c.chosen;
+    decisions[decision_of[c.steps[0]]].in_context = {{c.first, c.first_ms, ""}, {c.second, c.second_ms, ""}};
   }
   // With the kernels known, values between Winograd convolutions skip their NHWC round trip.
   keep_nchw16c_between_winograd_convs(plan);
@@ -299,6 +324,14 @@ std::string tactics_report_json(const TacticLog& log) {
         std::snprintf(ms, sizeof ms, "%.4g", d.timings[k].ms);
         // An unavailable candidate has no time: null (its reason is in "unavailable").
         os << (k ? ", " : "") << json_string(d.timings[k].impl) << ": " << (d.timings[k].unavailable.empty() ? ms : "null");
+      }
+      if (!d.in_context.empty()) {
+        os << "}, \"in_context_ms\": {";
+        for (size_t k = 0; k < d.in_context.size(); ++k) {
+          char ms[32];
+          std::snprintf(ms, sizeof ms, "%.4g", d.in_context[k].ms);
+          os << (k ? ", " : "") << json_string(d.in_context[k].impl) << ": " << ms;
+        }
       }
       os << "}, \"unavailable\": {";
       size_t u = 0;

@@ -2,7 +2,9 @@
 // "onednn" and "reference", FusedConv also "onednn_winograd"), engine-build times each candidate on
 // the step's own shapes at the profile's opt point and records the fastest as the step's impl in
 // the engine. A candidate that cannot run the step as itself (prepare fails with Unimplemented, or
-// it falls back to another kernel) is reported unavailable and never chosen.
+// it falls back to another kernel) is reported unavailable and never chosen. Where the runner-up
+// came within 2x of the best, both are timed again inside whole runs of the plan and the faster
+// there wins (profiles/tactic_refinement.h: isolated runs keep a kernel's weights in cache).
 //
 // Timing cache: the choices, keyed by op, candidates, input dtypes/shapes (and which are weights),
 // attributes, thread count and CPU features, can be saved to a file and reused. A rebuild with the
@@ -32,6 +34,10 @@ struct TacticDecision {
   std::string node, op_type, chosen;
   bool from_cache = false;
   std::vector<TacticTiming> timings;  // empty when from the cache
+  // When the isolated best and runner-up were close (profiles/tactic_refinement.h): both
+  // candidates' per-step medians inside whole runs, summed over the steps sharing this step's
+  // cache key; `chosen` follows these.
+  std::vector<TacticTiming> in_context;
 };
 
 class TimingCache {
@@ -70,7 +76,8 @@ PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const
                                TacticLog* log);
 
 // The report's "tactics" object: per profile, the steps with a choice, what was chosen and the
-// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms or null}, "unavailable": {impl: why}}).
+// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms or null}, ["in_context_ms": {impl: ms},]
+// "unavailable": {impl: why}}).
 std::string tactics_report_json(const TacticLog& log);
 
 }  // namespace kiln

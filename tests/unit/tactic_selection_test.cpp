@@ -78,7 +78,12 @@ TEST_F(Tactics, TimesCandidatesRecordsChoicesAndRebuildsIdenticallyFromTheCache)
       if (t.impl == d.chosen) chosen_ms = t.ms;
     ASSERT_GE(chosen_ms, 0) << d.node;
     for (const auto& t : d.timings) chosen_is_fastest = chosen_is_fastest && (t.ms < 0 || t.ms >= chosen_ms);
-    EXPECT_TRUE(chosen_is_fastest) << d.node;
+    // Unless the isolated call was close and whole runs decided between the two (with several
+    // contested steps, whole-run totals can overrule a step's own faster side: tactic_refinement.h).
+    if (d.in_context.size() == 2)
+      EXPECT_TRUE(d.chosen == d.in_context[0].impl || d.chosen == d.in_context[1].impl) << d.node;
+    else
+      EXPECT_TRUE(chosen_is_fastest) << d.node;
   }
   // The engine records the choices.
   auto engine = Engine::load_file((dir_ / "a.engine").string());
@@ -166,6 +171,15 @@ TEST_F(Tactics, WinogradIsTimedWhereItRunsKeyedIntoTheCacheAndRequiresAvx512) {
   }
   const std::string report = tactics_report_json(*log);
   EXPECT_NE(report.find("\"onednn_winograd\": null"), std::string::npos) << report;
+  // A close isolated call is decided again inside whole runs; with one contested step (c1), the
+  // choice follows its in-context times.
+  for (const auto& d : log->at("p"))
+    if (d.in_context.size() == 2) EXPECT_EQ(d.chosen, d.in_context[0].ms <= d.in_context[1].ms ? d.in_context[0].impl : d.in_context[1].impl) << d.node;
+  // The cache holds the final choices: a rebuild from it times nothing and is byte-identical.
+  auto cached = build("w_again.engine", "conv.onnx", "{min: 1, opt: 2, max: 2}");
+  ASSERT_TRUE(cached.ok()) << cached.status().message();
+  for (const auto& d : cached->at("p")) EXPECT_TRUE(d.from_cache && d.in_context.empty()) << d.node;
+  EXPECT_EQ(read_all(dir_ / "w.engine"), read_all(dir_ / "w_again.engine"));
 
   // Force c1 onto Winograd through the cache: the engine records it, requires AVX-512 and runs it.
   std::string forced, text = read_all(dir_ / "cache" / "tc.cache");
