@@ -52,45 +52,71 @@ bool timeable(const Plan& plan, const PlanStep& step, const ExecutionContext& ct
   return true;
 }
 
-// Best-of-N wall time of one kernel on fixed inputs; stops early once it is clearly slower than
-// `best_ms` (a naive reference kernel need not be timed to the end at 1 GFLOP). A candidate that
-// cannot run these inputs as itself returns its reason in *unavailable and no time: its prepare
-// fails with Unimplemented (oneDNN's Winograd convolution outside 3x3 stride 1), or it hands the
-// case to another implementation (an oneDNN kernel falling back to the reference), which would
-// otherwise be timed, and recorded, under the candidate's name.
-StatusOr<double> time_kernel(const KernelRegistry& registry, const KernelArgs& args, const AttrMap& attrs, const std::string& impl,
-                             std::span<const TensorView> in, double best_ms, std::string* unavailable) {
-  KILN_ASSIGN_OR_RETURN(auto kernel, registry.create(args, attrs, impl));
-  std::vector<TensorDesc> desc(static_cast<size_t>(args.num_outputs));
-  KILN_RETURN_IF_ERROR(kernel->infer(in, desc));
-  std::vector<Tensor> outs;
-  std::vector<TensorView> out_views;
-  for (const auto& d : desc) {
-    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(d.dtype, d.shape, "tactic timing output"));
-    outs.push_back(std::move(t));
-    out_views.push_back(outs.back().view());
-  }
-  if (Status st = kernel->prepare(in, out_views); !st.ok()) {
-    if (st.code() != StatusCode::kUnimplemented) return st;
-    *unavailable = st.message();
-    return 0.0;
-  }
-  if (kernel->impl_name() != impl) {
-    *unavailable = "runs these shapes as '" + std::string(kernel->impl_name()) + "'";
-    return 0.0;
-  }
-  double best = -1;
-  for (int r = 0; r < 6; ++r) {
-    const auto t0 = Clock::now();
-    KILN_RETURN_IF_ERROR(kernel->run(in, out_views));
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (r == 0) {
-      if (best_ms > 0 && ms > 5 * best_ms) return -ms;  // warm-up alone is far slower: out
-      continue;
+// Best-of-5 wall time of each candidate kernel on fixed inputs, after one warm-up run each. The
+// candidates run in alternation (round r times every candidate once), so a change of load on a
+// shared machine hits all of them rather than whichever was being timed. A candidate whose warm-up
+// is more than 5x the fastest warm-up is not timed further (a naive reference kernel need not run
+// six times at 1 GFLOP): its ms is minus its warm-up. A candidate that cannot run these inputs as
+// itself gets its reason in `unavailable` and no time: its prepare fails with Unimplemented
+// (oneDNN's Winograd convolution outside 3x3 stride 1), or it hands the case to another
+// implementation (an oneDNN kernel falling back to the reference), which would otherwise be timed,
+// and recorded, under the candidate's name.
+StatusOr<std::vector<TacticTiming>> time_candidates(const KernelRegistry& registry, const KernelArgs& args, const AttrMap& attrs,
+                                                    const std::vector<const KernelEntry*>& impls, std::span<const TensorView> in) {
+  struct Candidate {
+    std::unique_ptr<Kernel> kernel;
+    std::vector<Tensor> outs;
+    std::vector<TensorView> out_views;
+  };
+  std::vector<TacticTiming> timings;
+  std::vector<Candidate> ready(impls.size());
+  for (size_t c = 0; c < impls.size(); ++c) {
+    timings.push_back({impls[c]->impl, 0, ""});
+    Candidate& k = ready[c];
+    KILN_ASSIGN_OR_RETURN(k.kernel, registry.create(args, attrs, impls[c]->impl));
+    std::vector<TensorDesc> desc(static_cast<size_t>(args.num_outputs));
+    KILN_RETURN_IF_ERROR(k.kernel->infer(in, desc));
+    for (const auto& d : desc) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(d.dtype, d.shape, "tactic timing output"));
+      k.outs.push_back(std::move(t));
+      k.out_views.push_back(k.outs.back().view());
     }
-    best = best < 0 ? ms : std::min(best, ms);
+    if (Status st = k.kernel->prepare(in, k.out_views); !st.ok()) {
+      if (st.code() != StatusCode::kUnimplemented) return st;
+      timings[c].unavailable = st.message();
+    } else if (k.kernel->impl_name() != impls[c]->impl) {
+      timings[c].unavailable = "runs these shapes as '" + std::string(k.kernel->impl_name()) + "'";
+    }
+    if (!timings[c].unavailable.empty()) k.kernel.reset();
   }
-  return best;
+  auto run = [&](size_t c) -> StatusOr<double> {
+    const auto t0 = Clock::now();
+    KILN_RETURN_IF_ERROR(ready[c].kernel->run(in, ready[c].out_views));
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  double fastest_warmup = -1;
+  std::vector<double> warmup(impls.size(), -1);
+  for (size_t c = 0; c < impls.size(); ++c) {
+    if (!ready[c].kernel) continue;
+    KILN_ASSIGN_OR_RETURN(warmup[c], run(c));
+    if (fastest_warmup < 0 || warmup[c] < fastest_warmup) fastest_warmup = warmup[c];
+  }
+  for (size_t c = 0; c < impls.size(); ++c) {
+    if (!ready[c].kernel) continue;
+    if (warmup[c] > 5 * fastest_warmup) {
+      timings[c].ms = -warmup[c];  // far slower: out
+      ready[c].kernel.reset();
+    } else {
+      timings[c].ms = -1;  // set by the first timed round
+    }
+  }
+  for (int r = 0; r < 5; ++r)
+    for (size_t c = 0; c < impls.size(); ++c) {
+      if (!ready[c].kernel) continue;
+      KILN_ASSIGN_OR_RETURN(double ms, run(c));
+      timings[c].ms = timings[c].ms < 0 ? ms : std::min(timings[c].ms, ms);
+    }
+  return timings;
 }
 
 }  // namespace
@@ -216,17 +242,13 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       args.opset = plan.opset;
       args.num_inputs = static_cast<int>(step.inputs.size());
       args.num_outputs = static_cast<int>(step.outputs.size());
+      KILN_ASSIGN_OR_RETURN(dec.timings, time_candidates(registry, args, step.attrs, impls, in));
       double best = -1;
-      for (const auto* e : impls) {
-        std::string unavailable;
-        KILN_ASSIGN_OR_RETURN(double ms, time_kernel(registry, args, step.attrs, e->impl, in, best, &unavailable));
-        dec.timings.push_back({e->impl, ms, unavailable});
-        if (!unavailable.empty()) continue;
-        if (ms >= 0 && (best < 0 || ms < best)) {
-          best = ms;
-          dec.chosen = e->impl;
+      for (const auto& t : dec.timings)
+        if (t.unavailable.empty() && t.ms >= 0 && (best < 0 || t.ms < best)) {
+          best = t.ms;
+          dec.chosen = t.impl;
         }
-      }
       if (dec.chosen.empty()) dec.chosen = step.impl;  // no candidate could run it as itself: keep the default
       cache.insert(key, dec.chosen);
       // The runner-up: the fastest other candidate timed to the end.
