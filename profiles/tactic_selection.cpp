@@ -193,6 +193,11 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     KILN_RETURN_IF_ERROR(ctx->set_input(i, inputs.back().view()));
   }
   KILN_RETURN_IF_ERROR(ctx->run().with_context("tactic selection: running profile '" + plan.profile + "' at opt"));
+  // A second run, on the planned arena, for the scale of a whole run (the in-context refinement's
+  // unit of cost).
+  const auto run_start = Clock::now();
+  KILN_RETURN_IF_ERROR(ctx->run().with_context("tactic selection: running profile '" + plan.profile + "' at opt"));
+  const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - run_start).count();
 
   const std::string machine = "|threads=" + std::to_string(omp_get_max_threads()) + "|cpu=" + std::to_string(host_cpu_features());
   // Keys timed in this build whose runner-up came close, for the in-context refinement; the steps
@@ -255,7 +260,9 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       const TacticTiming* second = nullptr;
       for (const auto& t : dec.timings)
         if (t.unavailable.empty() && t.ms >= 0 && t.impl != dec.chosen && (!second || t.ms < second->ms)) second = &t;
-      if (second && best > 0 && second->ms < kContestedRatio * best) {
+      // Whole runs decide only steps that weigh in them: deciding a 0.05 ms MatMul of a 500 ms
+      // transformer run that way would cost seconds for nothing measurable.
+      if (second && best > 0 && second->ms < kContestedRatio * best && best >= kContestedMinShare * run_ms) {
         contested_index[key] = contested.size();
         contested.push_back({{s}, dec.chosen, second->impl});
         contested_keys.push_back(key);
@@ -265,7 +272,9 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     decision_of[s] = decisions.size();
     decisions.push_back(std::move(dec));
   }
-  KILN_RETURN_IF_ERROR(refine_in_context(plan, contested, inputs, registry));
+  // Rounds within a budget of about 2 s of whole runs (two variants per round), 3 to 7.
+  const int rounds = std::clamp(static_cast<int>(1000.0 / std::max(run_ms, 1e-3)), 3, 7);
+  KILN_RETURN_IF_ERROR(refine_in_context(plan, contested, inputs, registry, rounds));
   for (size_t k = 0; k < contested.size(); ++k) {
     const ContestedKey& c = contested[k];
     cache.insert(contested_keys[k], c.chosen);
