@@ -139,6 +139,19 @@ std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
   return fp32_ops;
 }
 
+// The CpuFeature bits the plans' kernels declare in the registry (KernelEntry::cpu_features).
+uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& plans) {
+  const KernelRegistry& reg = KernelRegistry::builtin();
+  uint64_t f = 0;
+  for (const auto& plan : plans)
+    for (const auto& step : plan->steps) {
+      if (!step.domain.empty()) continue;
+      for (const KernelEntry* e : reg.implementations(step.op_type))
+        if (e->impl == step.impl) f |= e->cpu_features;
+    }
+  return f;
+}
+
 }  // namespace
 
 StreamingSpec streaming_spec(const BuildConfig& cfg) {
@@ -251,8 +264,9 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   in.plugin_libraries = plugin_libraries;
   in.has_streaming = cfg.streaming.present;
   if (in.has_streaming) in.streaming = streaming_spec(cfg);
-  // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that.
-  in.required_cpu_features = kCpuAvx2 | kCpuFma | (bf16 ? kCpuAvx512Bf16 : 0);
+  // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that, plus
+  // what the chosen kernels need (a Winograd convolution picked by tactics needs AVX-512).
+  in.required_cpu_features = kCpuAvx2 | kCpuFma | (bf16 ? kCpuAvx512Bf16 : 0) | kernel_cpu_features(plans);
   auto tw = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(write_engine_file(cfg.output, in, &result.engine_bytes));
   result.engine_path = cfg.output;

@@ -1,6 +1,10 @@
 // Tactic selection: where an op has more than one kernel implementation (MatMul, Gemm and Conv have
-// "onednn" and "reference"), engine-build times each candidate on the step's own shapes at the
-// profile's opt point and records the fastest as the step's impl in the engine.
+// "onednn" and "reference", FusedConv also "onednn_winograd"), engine-build times each candidate on
+// the step's own shapes at the profile's opt point and records the fastest as the step's impl in
+// the engine. A candidate that cannot run the step as itself (prepare fails with Unimplemented, or
+// it falls back to another kernel) is reported unavailable and never chosen. Where the runner-up
+// came within 2x of the best, both are timed again inside whole runs of the plan and the faster
+// there wins (profiles/tactic_refinement.h: isolated runs keep a kernel's weights in cache).
 //
 // Timing cache: the choices, keyed by op, candidates, input dtypes/shapes (and which are weights),
 // attributes, thread count and CPU features, can be saved to a file and reused. A rebuild with the
@@ -22,12 +26,18 @@ namespace kiln {
 struct TacticTiming {
   std::string impl;
   double ms = 0;  // best of the timed runs; < 0 = not timed to the end (far slower than the best)
+  // Non-empty: the candidate cannot run the step's shapes as itself (why), and was not timed.
+  std::string unavailable;
 };
 
 struct TacticDecision {
   std::string node, op_type, chosen;
   bool from_cache = false;
   std::vector<TacticTiming> timings;  // empty when from the cache
+  // When the isolated best and runner-up were close (profiles/tactic_refinement.h): both
+  // candidates' per-step medians inside whole runs, summed over the steps sharing this step's
+  // cache key; `chosen` follows these.
+  std::vector<TacticTiming> in_context;
 };
 
 class TimingCache {
@@ -44,9 +54,19 @@ class TimingCache {
 };
 
 // Times the candidates of every multi-implementation step of `plan` at `opt_shapes` (all graph
-// inputs), consulting and filling `cache`, and sets each such step's impl.
+// inputs), consulting and filling `cache`, and sets each such step's impl; then keeps the values
+// between Winograd FusedConvs in nChw16c (builder/plan_winograd_layout.h).
 StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
                                                      TimingCache& cache, const KernelRegistry& registry = KernelRegistry::builtin());
+
+// The same selection for engine-run's in-memory build: the plan runs once on `inputs` (every graph
+// input, by name) to learn each step's shapes, and each step is timed there.
+StatusOr<std::vector<TacticDecision>> select_tactics_for_inputs(Plan& plan, const std::map<std::string, Tensor>& inputs, TimingCache& cache,
+                                                                const KernelRegistry& registry = KernelRegistry::builtin());
+
+// "N op impl, ..." over the decisions, and how many values the plan keeps in nChw16c between
+// Winograd convolutions, for progress lines.
+std::string tactics_summary(const Plan& plan, const std::vector<TacticDecision>& decisions);
 
 using TacticLog = std::map<std::string, std::vector<TacticDecision>>;  // by profile
 
@@ -56,7 +76,8 @@ PlanHook tactic_selection_hook(const BuildConfig& cfg, TimingCache& cache, const
                                TacticLog* log);
 
 // The report's "tactics" object: per profile, the steps with a choice, what was chosen and the
-// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms}}).
+// timings ({"node", "op", "chosen", "cached", "ms": {impl: ms or null}, ["in_context_ms": {impl: ms},]
+// "unavailable": {impl: why}}).
 std::string tactics_report_json(const TacticLog& log);
 
 }  // namespace kiln

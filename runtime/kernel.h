@@ -57,6 +57,10 @@ struct KernelEntry {
   std::string impl;  // "reference", "onednn", ...
   int priority = 0;
   KernelFactory make;
+  // CpuFeature bits (runtime/engine_format.h) beyond the engine baseline that this implementation
+  // needs: tactic selection only times it on a CPU that has them, and an engine using it requires
+  // them, so a CPU without them refuses the engine at load instead of failing a step at run time.
+  uint64_t cpu_features = 0;
 };
 
 class KernelRegistry {

@@ -1,7 +1,7 @@
 // engine-run: run an ONNX model (built in memory for the given input shapes) or an engine file
 // (one of its profiles), write the outputs, optionally time it; or inspect an engine file.
 //   engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
-//                         [--profile-layers TRACE.json] [--disable-pass NAME ...]
+//                         [--profile-layers TRACE.json] [--disable-pass NAME ...] [--no-tactics]
 //   engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
 //                     [--profile-layers TRACE.json]
 //   engine-run ENGINE --stream DIR [--output-dir OUT]
@@ -9,6 +9,9 @@
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
 // --profile-layers: one more run, separate from the timed ones, with per-step timing, written as a
 // Chrome trace (Perfetto, chrome://tracing).
+// An ONNX model gets the same tactic selection as engine-build (each multi-kernel step timed at the
+// given inputs' shapes, the fastest kept), so it runs the kernels an engine built for those shapes
+// would; --no-tactics keeps every op's highest-priority kernel.
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include "builder/onnx_tensor.h"
 #include "profiles/latency_stats.h"
 #include "profiles/layer_profile.h"
+#include "profiles/tactic_selection.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
@@ -34,13 +38,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: engine-run MODEL.onnx --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
-    "[--profile-layers TRACE.json] [--disable-pass NAME ...]\n"
+    "[--profile-layers TRACE.json] [--disable-pass NAME ...] [--no-tactics]\n"
     "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
     "[--profile-layers TRACE.json]\n"
     "       engine-run ENGINE --stream DIR [--output-dir OUT]\n"
     "       engine-run --inspect ENGINE\n"
     "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
     "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n"
+    "  --no-tactics: an ONNX model runs every op's highest-priority kernel instead of the fastest timed one\n"
     "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n";
 
 struct Args {
@@ -54,6 +59,7 @@ struct Args {
   std::string profile_layers;  // Chrome trace output
   std::string stream;          // folder of per-step input folders
   bool inspect = false;
+  bool tactics = true;         // ONNX models: time the kernels of multi-kernel steps
 };
 
 StatusOr<Args> parse_args(int argc, char** argv) {
@@ -71,6 +77,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--profile-layers") { KILN_ASSIGN_OR_RETURN(a.profile_layers, need("--profile-layers")); }
     else if (s == "--stream") { KILN_ASSIGN_OR_RETURN(a.stream, need("--stream")); }
     else if (s == "--inspect") a.inspect = true;
+    else if (s == "--no-tactics") a.tactics = false;
     else if (s == "--disable-pass") { KILN_ASSIGN_OR_RETURN(std::string v, need("--disable-pass")); a.disabled_passes.insert(v); }
     else if (s == "--iterations") {
       KILN_ASSIGN_OR_RETURN(std::string v, need("--iterations"));
@@ -233,6 +240,14 @@ Status run(const Args& args) {
       return InvalidArgument("the model has no input named '" + name + "' (inputs: " + known + ")");
     }
   KILN_ASSIGN_OR_RETURN(auto plan, build_plan(std::move(graph), options));
+  if (args.tactics) {
+    TimingCache cache;
+    const auto t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(*plan, inputs, cache));
+    if (!decisions.empty())
+      std::fprintf(stderr, "engine-run: tactics: %zu steps with a choice in %.2f s: %s\n", decisions.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tactics_summary(*plan, decisions).c_str());
+  }
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plan));
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));
   return run_context(*ctx, args);

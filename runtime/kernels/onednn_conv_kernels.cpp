@@ -1,18 +1,13 @@
 // float32 1-D/2-D Conv and FusedConv on oneDNN's convolution primitive.
 //
-// FusedConv is a kiln-internal op written by builder/passes/conv_epilogue_fusion.cpp:
-//   Y = act(Conv(X, W, B) + residual)
-// with Conv's attributes, W a constant of the plan, B and residual optional inputs (residual of the
-// output's exact shape) and attribute activation "none" | "relu". It runs as ONE convolution: the
-// residual is a sum post-op and Relu an eltwise post-op. Attributes x_layout, residual_layout and
-// y_layout ("nchw" by default, or "nhwc" for 2-D: shape and data [N, H, W, C]) are set by
-// builder/passes/conv_channels_last.cpp on the values that flow from FusedConv to FusedConv.
+// FusedConv (fused_conv_common.h: act(Conv(X, W, B) + residual), X/residual/Y in NCHW, NHWC or
+// nChw16c) runs as ONE convolution: the residual is a sum post-op and Relu an eltwise post-op.
 //
 // oneDNN's AVX-512 convolutions are several times faster on NHWC or blocked layouts than on NCHW,
 // so the primitive picks its own src/dst layouts and the kernel reorders around it where the
 // tensors' layouts differ: X into the primitive's layout, the residual into the primitive's output
 // (which the sum post-op then accumulates onto) and the result into Y's layout. Between
-// FusedConvs kept in NHWC no reorder runs at all.
+// FusedConvs kept in the layout the primitive computes in, no reorder runs at all.
 // FusedConv's W is reordered once into oneDNN's layout (onednn_packed_weights, shared by every
 // context running the plan): W being a plan constant is the op's contract. Plain Conv does not know
 // whether its W is constant, so it reorders W on every run (conv_epilogue_fusion turns every Conv
@@ -20,9 +15,24 @@
 //
 // impl "onednn_bf16" (engines built with precision: bf16) converts X and W to bfloat16 in the same
 // reorders; accumulation and the output stay float32.
+//
+// impl "onednn_winograd" (FusedConv only) is the same kernel on oneDNN's Winograd convolution
+// (F(2x2,3x3) or F(4x4,3x3) on AVX-512): 2.25x to 4x fewer multiplies than the direct one for 3x3
+// stride-1 convolutions, at a larger rounding error (the input/output transforms add and subtract
+// products of values of different sizes). It computes in the blocked nChw16c layout: NHWC tensors
+// are reordered around it, nchw16c ones (builder/plan_winograd_layout.cpp keeps the values between
+// Winograd FusedConvs so) are not. It ranks below "onednn": tactic selection runs it only where it
+// times faster. Where oneDNN has no Winograd
+// implementation (not 3x3, stride or dilation != 1, groups, pads > 1, no AVX-512, not float32)
+// prepare() fails with Unimplemented rather than quietly running something else, so a tactic never
+// records a Winograd choice that did not run as one. Whether oneDNN has it depends on the weights,
+// the attributes and the CPU only, never on the batch or spatial size, so an engine that chose it
+// at opt can run it at every shape of the profile.
 #include <cstring>
 #include <tuple>
 
+#include "runtime/engine_format.h"
+#include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
 
@@ -33,162 +43,37 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
-enum class ConvAct { kNone, kRelu };
-
-StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
-  if (s == "none") return ConvAct::kNone;
-  if (s == "relu") return ConvAct::kRelu;
-  return InvalidArgument("attribute 'activation' must be none or relu, got '" + s + "'");
-}
-
-// The span of the inner Conv's inputs (X, W and B when given) of a FusedConv.
-std::span<const TensorView> conv_inputs(std::span<const TensorView> in) { return in.subspan(0, std::min<size_t>(in.size(), 3)); }
-
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
 
-// What a FusedConv adds to Conv: the epilogue and the layout of X, the residual and Y. "nhwc"
-// (2-D only) means the tensor's shape and data are [N, H, W, C]: conv_channels_last keeps the
-// activations between convolutions in the layout oneDNN computes in, so no reorder runs there.
-struct FusedSpec {
-  ConvAct act = ConvAct::kNone;
-  bool x_nhwc = false, res_nhwc = false, y_nhwc = false;
-};
+tag layout_tag(ConvLayout l) { return l == ConvLayout::kNhwc ? tag::nhwc : l == ConvLayout::kNchw16c ? tag::nChw16c : tag::nchw; }
 
-StatusOr<bool> read_layout(AttrReader& attrs, const char* name) {
-  KILN_ASSIGN_OR_RETURN(std::string v, attrs.get_string(name, "nchw"));
-  if (v != "nchw" && v != "nhwc") return InvalidArgument(std::string("attribute '") + name + "' must be nchw or nhwc, got '" + v + "'");
-  return v == "nhwc";
-}
-
-Shape nhwc_to_nchw_shape(const Shape& s) { return Shape{s[0], s[3], s[1], s[2]}; }
-Shape nchw_to_nhwc_shape(const Shape& s) { return Shape{s[0], s[2], s[3], s[1]}; }
-
-// Copies float32 [N, A, B] into [N, B, A] (A = C and B = H*W converts NCHW to NHWC, and back).
-void swap_inner(const float* src, float* dst, int64_t n, int64_t a, int64_t b) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t x = 0; x < a; ++x)
-      for (int64_t y = 0; y < b; ++y) dst[(i * b + y) * a + x] = src[(i * a + x) * b + y];
-}
-
-// The reference: inputs converted to NCHW where they are NHWC, the reference Conv, the epilogue
-// element by element, and the output converted to NHWC if asked.
-class FusedConvReference final : public Kernel {
- public:
-  FusedConvReference(std::unique_ptr<Kernel> conv, FusedSpec spec) : conv_(std::move(conv)), spec_(spec) {}
-
-  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
-    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 4));
-    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
-    KILN_RETURN_IF_ERROR(conv_->infer(conv_inputs(views), out));
-    if (has_residual(in) && (views[3].dtype != out[0].dtype || views[3].shape != out[0].shape))
-      return InvalidArgument("input 3 (residual) must be " + dtype_name(out[0].dtype) + " " +
-                             (spec_.res_nhwc ? nchw_to_nhwc_shape(out[0].shape) : out[0].shape).str() +
-                             " like the convolution's output, got " + dtype_name(in[3].dtype) + " " + in[3].shape.str());
-    if (spec_.y_nhwc) out[0].shape = nchw_to_nhwc_shape(out[0].shape);
-    return Status::Ok();
-  }
-  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
-    for (Tensor* t : {&x_tmp_, &res_tmp_, &y_tmp_}) *t = Tensor();
-    if (spec_.x_nhwc) {
-      KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, views[0].shape, "FusedConv input"));
-    }
-    if (spec_.res_nhwc && has_residual(in)) {
-      KILN_ASSIGN_OR_RETURN(res_tmp_, Tensor::try_zeros(DType::kFloat32, views[3].shape, "FusedConv residual"));
-    }
-    if (spec_.y_nhwc) {
-      KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, nhwc_to_nchw_shape(out[0].shape), "FusedConv output"));
-    }
-    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
-    return conv_->prepare(conv_inputs(with_temps(views)), std::span<const TensorView>(&y, 1));
-  }
-  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
-    const Shape& xs = views[0].shape;
-    if (spec_.x_nhwc) swap_inner(in[0].as<float>(), x_tmp_.as<float>(), xs[0], xs[2] * xs[3], xs[1]);
-    const bool res = has_residual(in), relu = spec_.act == ConvAct::kRelu;
-    if (res && spec_.res_nhwc) {
-      const Shape& rs = views[3].shape;
-      swap_inner(in[3].as<float>(), res_tmp_.as<float>(), rs[0], rs[2] * rs[3], rs[1]);
-    }
-    views = with_temps(views);
-    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
-    KILN_RETURN_IF_ERROR(conv_->run(conv_inputs(views), std::span<const TensorView>(&y, 1)));
-    const int64_t n = y.numel();
-    const TensorView* r = res ? &views[3] : nullptr;
-    if (y.dtype == DType::kFloat64) epilogue<double>(r, y, n, relu);
-    else epilogue<float>(r, y, n, relu);
-    if (spec_.y_nhwc) {
-      const Shape& ys = y.shape;
-      swap_inner(y.as<float>(), out[0].as<float>(), ys[0], ys[1], ys[2] * ys[3]);
-    }
-    return Status::Ok();
-  }
-
- private:
-  // `in` with the NHWC tensors described as NCHW (shapes only: data still NHWC).
-  StatusOr<std::vector<TensorView>> nchw_views(std::span<const TensorView> in) const {
-    std::vector<TensorView> v(in.begin(), in.end());
-    for (int i : {0, 3}) {
-      if (i >= static_cast<int>(v.size()) || !v[i].present() || !(i == 0 ? spec_.x_nhwc : spec_.res_nhwc)) continue;
-      if (v[i].dtype != DType::kFloat32 || v[i].shape.rank() != 4)
-        return InvalidArgument("input " + std::to_string(i) + " is nhwc, which needs a float32 4-D tensor, got " +
-                               dtype_name(v[i].dtype) + " " + v[i].shape.str());
-      v[i].shape = nhwc_to_nchw_shape(v[i].shape);
-    }
-    return v;
-  }
-  // NCHW-described views pointing at the NCHW copies.
-  std::vector<TensorView> with_temps(std::vector<TensorView> v) const {
-    if (!x_tmp_.empty()) v[0] = x_tmp_.view();
-    if (!res_tmp_.empty() && v.size() > 3) v[3] = res_tmp_.view();
-    return v;
-  }
-  template <typename T>
-  static void epilogue(const TensorView* res, const TensorView& out, int64_t n, bool relu) {
-    T* y = out.as<T>();
-    const T* r = res ? res->as<T>() : nullptr;
-    for (int64_t i = 0; i < n; ++i) {
-      T v = y[i];
-      if (r) v += r[i];
-      if (relu && v < 0) v = 0;
-      y[i] = v;
-    }
-  }
-
-  std::unique_ptr<Kernel> conv_;
-  FusedSpec spec_;
-  Tensor x_tmp_, res_tmp_, y_tmp_;
-};
-
-StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& args, AttrReader& attrs, FusedSpec* spec) {
-  KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
-  KILN_ASSIGN_OR_RETURN(spec->act, parse_conv_activation(name));
-  KILN_ASSIGN_OR_RETURN(spec->x_nhwc, read_layout(attrs, "x_layout"));
-  KILN_ASSIGN_OR_RETURN(spec->res_nhwc, read_layout(attrs, "residual_layout"));
-  KILN_ASSIGN_OR_RETURN(spec->y_nhwc, read_layout(attrs, "y_layout"));
-  KernelArgs conv = args;
-  conv.op_type = "Conv";
-  conv.num_inputs = std::min(args.num_inputs, 3);
-  KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(conv, attrs));
-  return std::unique_ptr<Kernel>(std::make_unique<FusedConvReference>(std::move(ref), *spec));
-}
+enum class ConvAlgo { kDirect, kDirectBf16, kWinograd };
 
 class OnednnConvKernel final : public OnednnKernel {
  public:
   // `fused`: a FusedConv (constant W, epilogue `act` and an optional residual).
-  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, bool bf16, bool fused, FusedSpec spec)
-      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), bf16_(bf16), fused_(fused), spec_(spec) {}
-  const char* impl_name() const override { return use_ref_ ? "reference" : bf16_ ? "onednn_bf16" : "onednn"; }
+  OnednnConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, ConvAlgo algo, bool fused, FusedSpec spec)
+      : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), algo_(algo), bf16_(algo == ConvAlgo::kDirectBf16),
+        fused_(fused), spec_(spec) {}
+  const char* impl_name() const override {
+    if (use_ref_) return "reference";
+    return algo_ == ConvAlgo::kWinograd ? "onednn_winograd" : bf16_ ? "onednn_bf16" : "onednn";
+  }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape xs = spec_.x_nhwc ? nhwc_to_nchw_shape(in[0].shape) : in[0].shape;
+    // infer() (the reference's) has validated the layouts' shapes already.
+    KILN_ASSIGN_OR_RETURN(const Shape xs, conv_nchw_shape(spec_.x, in[0].shape, "input 0"));
     const Shape& ws = in[1].shape;
     const int n = xs.rank() - 2;
-    if (in[0].dtype != DType::kFloat32 || (n != 1 && n != 2) || xs.numel() == 0 || out[0].numel() == 0 ||
-        ws.numel() == 0)
+    // Empty tensors are no work for any algorithm: the reference handles them.
+    if (xs.numel() == 0 || out[0].numel() == 0 || ws.numel() == 0) return false;
+    const bool winograd = algo_ == ConvAlgo::kWinograd;
+    if (in[0].dtype != DType::kFloat32 || (n != 1 && n != 2)) {
+      if (winograd)
+        return Unimplemented("oneDNN's Winograd convolution needs float32 2-D input, got " + dtype_name(in[0].dtype) + " " + in[0].shape.str());
       return false;
+    }
     KILN_ASSIGN_OR_RETURN(WindowGeom g, forward_window_geometry(w_, xs.data() + 2, ws.data() + 2, n, false));
     // 1-D becomes 2-D with a leading unit spatial dim.
     const int h = n == 2 ? 0 : -1, wd = n - 1;
@@ -205,9 +90,8 @@ class OnednnConvKernel final : public OnednnKernel {
                                            : memory::dims{group_, M / group_, C / group_, kh, kw};
     const auto f32 = memory::data_type::f32;
     const auto cdt = bf16_ ? memory::data_type::bf16 : f32;
-    const auto layout = [](bool nhwc) { return nhwc ? tag::nhwc : tag::nchw; };
-    const memory::desc src_plain(src_d, f32, layout(spec_.x_nhwc)), dst_plain(dst_d, f32, layout(spec_.y_nhwc));
-    const memory::desc res_plain(dst_d, f32, layout(spec_.res_nhwc));
+    const memory::desc src_plain(src_d, f32, layout_tag(spec_.x)), dst_plain(dst_d, f32, layout_tag(spec_.y));
+    const memory::desc res_plain(dst_d, f32, layout_tag(spec_.res));
     const memory::desc wei_plain(wei_d, f32, group_ == 1 ? tag::oihw : tag::goihw);
     has_bias_ = in.size() > 2 && in[2].present();
     has_res_ = fused_ && has_residual(in);
@@ -220,9 +104,15 @@ class OnednnConvKernel final : public OnednnKernel {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);
     const dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, memory::desc(src_d, cdt, tag::any),
-        memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any), strides, dil, pad_l, pad_r);
-    const dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+        dnnl::prop_kind::forward_inference, winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
+        memory::desc(src_d, cdt, tag::any), memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any),
+        strides, dil, pad_l, pad_r);
+    dnnl::convolution_forward::primitive_desc pd;
+    if (winograd) {
+      KILN_ASSIGN_OR_RETURN(pd, winograd_primitive_desc(desc, attr, xs, ws));
+    } else {
+      pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());  // throws: the reference runs it
+    }
     const memory::desc wei_md = pd.weights_desc(), src_md = pd.src_desc(), dst_md = pd.dst_desc();
 
     conv_.reset();
@@ -296,8 +186,29 @@ class OnednnConvKernel final : public OnednnKernel {
     return {from_slot, to_slot};
   }
 
+  // The Winograd primitive, or Unimplemented where oneDNN has none for this case.
+  StatusOr<dnnl::convolution_forward::primitive_desc> winograd_primitive_desc(const dnnl::convolution_forward::desc& desc,
+                                                                               const dnnl::primitive_attr& attr, const Shape& xs,
+                                                                               const Shape& ws) const {
+    const auto none = [&] {
+      return Unimplemented("oneDNN has no Winograd convolution for " + xs.str() + " * " + ws.str() +
+                           " with these strides/dilations/pads/group on this CPU (it needs AVX-512, a 3x3 kernel, stride 1, "
+                           "no dilation, group 1 and pads <= 1)");
+    };
+    try {
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, onednn_engine());
+      // Only Winograd implementations accept the algorithm today; checked so that a later oneDNN
+      // serving it with a direct kernel cannot make the tactic time a direct convolution twice.
+      if (std::string(pd.impl_info_str()).find("wino") == std::string::npos) return none();
+      return pd;
+    } catch (const dnnl::error&) {
+      return none();
+    }
+  }
+
   WindowAttrs w_;
   int64_t group_;
+  ConvAlgo algo_;
   bool bf16_, fused_;
   FusedSpec spec_;
   bool has_bias_ = false, has_res_ = false, copy_res_ = false;
@@ -307,8 +218,8 @@ class OnednnConvKernel final : public OnednnKernel {
   int src_slot_ = 0, wei_slot_ = 0, dst_slot_ = 0, bias_slot_ = 0, dst_out_slot_ = 0, res_slot_ = 0, res_dst_slot_ = 0;
 };
 
-KernelFactory onednn_factory(bool bf16, bool fused) {
-  return [bf16, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+KernelFactory onednn_factory(ConvAlgo algo, bool fused) {
+  return [algo, fused](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
     FusedSpec spec;
     std::unique_ptr<Kernel> ref;
     if (fused) {
@@ -319,7 +230,7 @@ KernelFactory onednn_factory(bool bf16, bool fused) {
     WindowAttrs w;
     KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
     KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, bf16, fused, spec));
+    return std::unique_ptr<Kernel>(std::make_unique<OnednnConvKernel>(std::move(ref), std::move(w), group, algo, fused, spec));
   };
 }
 
@@ -333,9 +244,15 @@ void register_onednn_conv_kernels(KernelRegistry& r) {
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
   for (bool fused : {false, true}) {
     const char* op = fused ? "FusedConv" : "Conv";
-    r.add({op, "onednn", 10, onednn_factory(false, fused)});
-    r.add({op, "onednn_bf16", 5, onednn_factory(true, fused)});
+    r.add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
+    r.add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
   }
+  // Winograd only for FusedConv, whose weights are constant: its weight transform (4x the data for
+  // F(4x4,3x3)) is done once when packing, where plain Conv would redo it on every run. It ranks
+  // below "onednn" (tactic selection picks it where it times faster) and needs AVX-512 (oneDNN's
+  // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
+  // discontinued Xeon Phi line has all four).
+  r.add({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
 }
 
 }  // namespace kiln

@@ -14,13 +14,27 @@ const dnnl::engine& onednn_engine() {
   return engine;
 }
 
+void* onednn_thread_scratchpad(size_t bytes) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset();  // free first: the old and the new buffer need not both exist
+    capacity = 0;
+    buffer = aligned_alloc_shared(bytes);
+    if (!buffer) return nullptr;
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
 void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) {
   prim_ = std::move(prim);
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
-  if (scratch_md.get_size() > 0) {
-    scratch_ = aligned_alloc_shared(scratch_md.get_size());
-    const int slot = add_arg(DNNL_ARG_SCRATCHPAD, scratch_md);
-    bind(slot, scratch_.get());
+  scratch_slot_ = -1;
+  scratch_bytes_ = scratch_md.get_size();
+  if (scratch_bytes_ > 0) {
+    scratch_slot_ = add_arg(DNNL_ARG_SCRATCHPAD, scratch_md);
+    onednn_thread_scratchpad(scratch_bytes_);
   }
 }
 
@@ -32,6 +46,11 @@ int OnednnExec::add_arg(int arg, const dnnl::memory::desc& md) {
 }
 
 Status OnednnExec::execute(const dnnl::stream& s) const {
+  if (scratch_slot_ >= 0) {
+    void* scratch = onednn_thread_scratchpad(scratch_bytes_);
+    if (!scratch) return ResourceExhausted("cannot allocate a " + std::to_string(scratch_bytes_) + "-byte oneDNN scratchpad");
+    mems_[scratch_slot_].set_data_handle(scratch);
+  }
   dnnl_status_t st = dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(args_.size()), args_.data());
   if (st == dnnl_success) st = dnnl_stream_wait(s.get());
   if (st != dnnl_success) return Internal("oneDNN primitive execution failed with status " + std::to_string(st));

@@ -1,0 +1,189 @@
+// FusedConv's attributes, its tensor layouts (NCHW, NHWC, nChw16c: see fused_conv_common.h) and its
+// reference kernel, which every oneDNN FusedConv delegates validation, shapes and uncovered cases to.
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "runtime/kernels/fused_conv_common.h"
+
+namespace kiln {
+
+namespace {
+
+StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
+  if (s == "none") return ConvAct::kNone;
+  if (s == "relu") return ConvAct::kRelu;
+  return InvalidArgument("attribute 'activation' must be none or relu, got '" + s + "'");
+}
+
+StatusOr<ConvLayout> read_layout(AttrReader& attrs, const char* name) {
+  KILN_ASSIGN_OR_RETURN(std::string v, attrs.get_string(name, "nchw"));
+  if (v == "nchw") return ConvLayout::kNchw;
+  if (v == "nhwc") return ConvLayout::kNhwc;
+  if (v == "nchw16c") return ConvLayout::kNchw16c;
+  return InvalidArgument(std::string("attribute '") + name + "' must be nchw, nhwc or nchw16c, got '" + v + "'");
+}
+
+const char* layout_name(ConvLayout l) { return l == ConvLayout::kNhwc ? "nhwc" : l == ConvLayout::kNchw16c ? "nchw16c" : "nchw"; }
+
+// The span of the inner Conv's inputs (X, W and B when given) of a FusedConv.
+std::span<const TensorView> conv_inputs(std::span<const TensorView> in) { return in.subspan(0, std::min<size_t>(in.size(), 3)); }
+
+bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
+
+class FusedConvReference final : public Kernel {
+ public:
+  FusedConvReference(std::unique_ptr<Kernel> conv, FusedSpec spec) : conv_(std::move(conv)), spec_(spec) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    KILN_RETURN_IF_ERROR(check_input_count(in, 2, 4));
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    KILN_RETURN_IF_ERROR(conv_->infer(conv_inputs(views), out));
+    if (has_residual(in) && (views[3].dtype != out[0].dtype || views[3].shape != out[0].shape)) {
+      auto want = conv_layout_shape(spec_.res, out[0].shape, "input 3 (residual)");
+      return InvalidArgument("input 3 (residual) must be " + dtype_name(out[0].dtype) + " " + (want.ok() ? want->str() : out[0].shape.str()) +
+                             " like the convolution's output, got " + dtype_name(in[3].dtype) + " " + in[3].shape.str());
+    }
+    KILN_ASSIGN_OR_RETURN(out[0].shape, conv_layout_shape(spec_.y, out[0].shape, "output"));
+    return Status::Ok();
+  }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    for (Tensor* t : {&x_tmp_, &res_tmp_, &y_tmp_}) *t = Tensor();
+    if (spec_.x != ConvLayout::kNchw) {
+      KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, views[0].shape, "FusedConv input"));
+    }
+    if (spec_.res != ConvLayout::kNchw && has_residual(in)) {
+      KILN_ASSIGN_OR_RETURN(res_tmp_, Tensor::try_zeros(DType::kFloat32, views[3].shape, "FusedConv residual"));
+    }
+    if (spec_.y != ConvLayout::kNchw) {
+      KILN_ASSIGN_OR_RETURN(Shape ys, conv_nchw_shape(spec_.y, out[0].shape, "output"));
+      KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, ys, "FusedConv output"));
+    }
+    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
+    return conv_->prepare(conv_inputs(with_temps(views)), std::span<const TensorView>(&y, 1));
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
+    if (spec_.x != ConvLayout::kNchw) conv_to_nchw(spec_.x, in[0].as<float>(), x_tmp_.as<float>(), views[0].shape);
+    const bool res = has_residual(in), relu = spec_.act == ConvAct::kRelu;
+    if (res && spec_.res != ConvLayout::kNchw) conv_to_nchw(spec_.res, in[3].as<float>(), res_tmp_.as<float>(), views[3].shape);
+    views = with_temps(views);
+    const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
+    KILN_RETURN_IF_ERROR(conv_->run(conv_inputs(views), std::span<const TensorView>(&y, 1)));
+    const int64_t n = y.numel();
+    const TensorView* r = res ? &views[3] : nullptr;
+    if (y.dtype == DType::kFloat64) epilogue<double>(r, y, n, relu);
+    else epilogue<float>(r, y, n, relu);
+    if (spec_.y != ConvLayout::kNchw) conv_from_nchw(spec_.y, y.as<float>(), out[0].as<float>(), y.shape);
+    return Status::Ok();
+  }
+
+ private:
+  // `in` with X and the residual described as NCHW (shapes only: the data keeps its layout).
+  StatusOr<std::vector<TensorView>> nchw_views(std::span<const TensorView> in) const {
+    std::vector<TensorView> v(in.begin(), in.end());
+    for (int i : {0, 3}) {
+      if (i >= static_cast<int>(v.size()) || !v[i].present()) continue;
+      const ConvLayout l = i == 0 ? spec_.x : spec_.res;
+      if (l == ConvLayout::kNchw) continue;
+      if (v[i].dtype != DType::kFloat32)
+        return InvalidArgument("input " + std::to_string(i) + " is " + layout_name(l) + ", which needs float32, got " + dtype_name(v[i].dtype));
+      KILN_ASSIGN_OR_RETURN(v[i].shape, conv_nchw_shape(l, v[i].shape, "input " + std::to_string(i)));
+    }
+    return v;
+  }
+  // NCHW-described views pointing at the NCHW copies.
+  std::vector<TensorView> with_temps(std::vector<TensorView> v) const {
+    if (!x_tmp_.empty()) v[0] = x_tmp_.view();
+    if (!res_tmp_.empty() && v.size() > 3) v[3] = res_tmp_.view();
+    return v;
+  }
+  template <typename T>
+  static void epilogue(const TensorView* res, const TensorView& out, int64_t n, bool relu) {
+    T* y = out.as<T>();
+    const T* r = res ? res->as<T>() : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      T v = y[i];
+      if (r) v += r[i];
+      if (relu && v < 0) v = 0;
+      y[i] = v;
+    }
+  }
+
+  std::unique_ptr<Kernel> conv_;
+  FusedSpec spec_;
+  Tensor x_tmp_, res_tmp_, y_tmp_;
+};
+
+}  // namespace
+
+Status read_fused_spec(AttrReader& attrs, FusedSpec* spec) {
+  KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
+  KILN_ASSIGN_OR_RETURN(spec->act, parse_conv_activation(name));
+  KILN_ASSIGN_OR_RETURN(spec->x, read_layout(attrs, "x_layout"));
+  KILN_ASSIGN_OR_RETURN(spec->res, read_layout(attrs, "residual_layout"));
+  KILN_ASSIGN_OR_RETURN(spec->y, read_layout(attrs, "y_layout"));
+  return Status::Ok();
+}
+
+StatusOr<Shape> conv_nchw_shape(ConvLayout layout, const Shape& s, const std::string& what) {
+  switch (layout) {
+    case ConvLayout::kNchw: return s;
+    case ConvLayout::kNhwc:
+      if (s.rank() != 4) return InvalidArgument(what + " is nhwc, which needs a 4-D tensor, got " + s.str());
+      return Shape{s[0], s[3], s[1], s[2]};
+    case ConvLayout::kNchw16c:
+      if (s.rank() != 5 || s[4] != kConvChannelBlock)
+        return InvalidArgument(what + " is nchw16c, which needs a 5-D tensor [N, C/16, H, W, 16], got " + s.str());
+      return Shape{s[0], s[1] * kConvChannelBlock, s[2], s[3]};
+  }
+  return Internal("unknown layout");
+}
+
+StatusOr<Shape> conv_layout_shape(ConvLayout layout, const Shape& s, const std::string& what) {
+  switch (layout) {
+    case ConvLayout::kNchw: return s;
+    case ConvLayout::kNhwc:
+      if (s.rank() != 4) return InvalidArgument(what + " is nhwc, which needs a 2-D convolution, got " + s.str());
+      return Shape{s[0], s[2], s[3], s[1]};
+    case ConvLayout::kNchw16c:
+      if (s.rank() != 4 || s[1] % kConvChannelBlock != 0)
+        return InvalidArgument(what + " is nchw16c, which needs a 2-D convolution with channels divisible by 16, got " + s.str());
+      return Shape{s[0], s[1] / kConvChannelBlock, s[2], s[3], kConvChannelBlock};
+  }
+  return Internal("unknown layout");
+}
+
+void conv_to_nchw(ConvLayout layout, const float* src, float* dst, const Shape& nchw) {
+  const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) {
+        const int64_t from = layout == ConvLayout::kNhwc ? (n * HW + p) * C + c
+                                                         : ((n * (C / kConvChannelBlock) + c / kConvChannelBlock) * HW + p) * kConvChannelBlock + c % kConvChannelBlock;
+        dst[(n * C + c) * HW + p] = src[from];
+      }
+}
+
+void conv_from_nchw(ConvLayout layout, const float* src, float* dst, const Shape& nchw) {
+  const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) {
+        const int64_t to = layout == ConvLayout::kNhwc ? (n * HW + p) * C + c
+                                                       : ((n * (C / kConvChannelBlock) + c / kConvChannelBlock) * HW + p) * kConvChannelBlock + c % kConvChannelBlock;
+        dst[to] = src[(n * C + c) * HW + p];
+      }
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& args, AttrReader& attrs, FusedSpec* spec) {
+  KILN_RETURN_IF_ERROR(read_fused_spec(attrs, spec));
+  KernelArgs conv = args;
+  conv.op_type = "Conv";
+  conv.num_inputs = std::min(args.num_inputs, 3);
+  KILN_ASSIGN_OR_RETURN(auto ref, make_reference_conv(conv, attrs));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedConvReference>(std::move(ref), *spec));
+}
+
+}  // namespace kiln
