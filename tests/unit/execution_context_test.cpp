@@ -373,6 +373,13 @@ TEST(ExecutionContext, NestedConcatPlacementBehindAGraphInput) {
     }
   }
 }
+// The plan's value id of `name` (-1 if absent), for looking at a value's buffer after a run.
+int value_id(const Plan& plan, const std::string& name) {
+  for (size_t v = 0; v < plan.values.size(); ++v)
+    if (plan.values[v].name == name) return static_cast<int>(v);
+  return -1;
+}
+
 // A Slice whose block is contiguous (every dim before the sliced one is 1, or the first dim) is a
 // view into its input, also through a chain of Slices; one that is not contiguous copies. The
 // viewed buffer must outlive every read of the view: values made after the Slices (the same size
@@ -400,20 +407,15 @@ TEST(ExecutionContext, SliceIsAViewWhenContiguousAndCopiesOtherwise) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   auto ctx = ExecutionContext::create(*plan);
   ASSERT_TRUE(ctx.ok());
-  auto id = [&](const std::string& name) {
-    for (size_t v = 0; v < (*plan)->values.size(); ++v)
-      if ((*plan)->values[v].name == name) return static_cast<int>(v);
-    return -1;
-  };
   Tensor x = Tensor::zeros(DType::kFloat32, Shape{2, 5, 4});
   for (int i = 0; i < 40; ++i) x.as<float>()[i] = static_cast<float>(i) - 3.0f;
   ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
   for (int run = 0; run < 3; ++run) {  // the first run plans the arena; later runs use it
     ASSERT_TRUE((*ctx)->run().ok());
-    const char* a = static_cast<const char*>((*ctx)->value(id("a")).data);
-    EXPECT_EQ((*ctx)->value(id("s1")).data, a + 20 * sizeof(float));
-    EXPECT_EQ((*ctx)->value(id("s2")).data, a + (20 + 12) * sizeof(float));
-    const char* s3 = static_cast<const char*>((*ctx)->value(id("s3")).data);
+    const char* a = static_cast<const char*>((*ctx)->value(value_id(**plan, "a")).data);
+    EXPECT_EQ((*ctx)->value(value_id(**plan, "s1")).data, a + 20 * sizeof(float));
+    EXPECT_EQ((*ctx)->value(value_id(**plan, "s2")).data, a + (20 + 12) * sizeof(float));
+    const char* s3 = static_cast<const char*>((*ctx)->value(value_id(**plan, "s3")).data);
     EXPECT_TRUE(s3 < a || s3 >= a + 40 * sizeof(float)) << "a non-contiguous Slice has its own buffer";
     const TensorView& y = (*ctx)->output(0);
     ASSERT_EQ(y.shape, (Shape{1, 2, 4}));
@@ -442,18 +444,13 @@ TEST(ExecutionContext, TransposeOfUnitDimsIsAView) {
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   auto ctx = ExecutionContext::create(*plan);
   ASSERT_TRUE(ctx.ok());
-  auto id = [&](const std::string& name) {
-    for (size_t v = 0; v < (*plan)->values.size(); ++v)
-      if ((*plan)->values[v].name == name) return static_cast<int>(v);
-    return -1;
-  };
   Tensor x = Tensor::zeros(DType::kFloat32, Shape{3, 1, 4});
   for (int i = 0; i < 12; ++i) x.as<float>()[i] = static_cast<float>(i) - 2.0f;
   ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
   for (int run = 0; run < 2; ++run) {
     ASSERT_TRUE((*ctx)->run().ok());
-    EXPECT_EQ((*ctx)->value(id("t")).data, (*ctx)->value(id("a")).data);
-    EXPECT_NE((*ctx)->value(id("u")).data, (*ctx)->value(id("a")).data);
+    EXPECT_EQ((*ctx)->value(value_id(**plan, "t")).data, (*ctx)->value(value_id(**plan, "a")).data);
+    EXPECT_NE((*ctx)->value(value_id(**plan, "u")).data, (*ctx)->value(value_id(**plan, "a")).data);
     const TensorView& y = (*ctx)->output(0);
     ASSERT_EQ(y.shape, (Shape{1, 3, 4}));
     for (int i = 0; i < 12; ++i) EXPECT_EQ(y.as<float>()[i], -std::max(0.0f, x.as<float>()[i]));
