@@ -364,9 +364,11 @@ class Narrowing {
 
   // kiln::Attention computes query row i from q row i (and mask row i): only output 0 narrows.
   std::optional<std::vector<Demand>> attention_demands(const Node& n, int axis) const {
+    // The query (sequence) axis: bsd [B, S, D] 1, bhsd [B, H, S, Dh] 2, sbd [S, B, D] 0.
     auto layout = n.attrs.find("layout");
-    const bool bhsd = layout != n.attrs.end() && layout->second.s == "bhsd";
-    if (axis != (bhsd ? 2 : 1)) return std::nullopt;
+    const std::string lay = layout == n.attrs.end() ? "bsd" : layout->second.s;
+    const int seq_axis = lay == "bhsd" ? 2 : lay == "sbd" ? 0 : lay == "bsd" ? 1 : -1;
+    if (axis != seq_axis) return std::nullopt;
     const SymShape* qs = shape_of(g_, n.inputs[0]);
     if (!qs || static_cast<int>(qs->size()) <= axis) return std::nullopt;
     auto mask = n.attrs.find("mask");
