@@ -134,7 +134,9 @@ Status packed_projection_split(Graph& g, PassContext& ctx) {
   std::vector<std::vector<Node>> replacement(g.nodes.size());
   for (const Site& s : sites) {
     const Node mm = g.nodes[s.matmul];
-    const Tensor& w = g.values[mm.inputs[1]].constant;
+    // Copies: add_constant below grows g.values, which would leave references dangling.
+    const Tensor w = Tensor::copy_of(g.values[mm.inputs[1]].constant.view());
+    const Tensor bias = s.bias >= 0 ? Tensor::copy_of(g.values[s.bias].constant.view()) : Tensor();
     const int64_t n = w.shape()[1];
     const int rank = static_cast<int>(g.values[mm.outputs[0]].shape->size());
     for (int si : s.slices) {
@@ -154,7 +156,7 @@ Status packed_projection_split(Graph& g, PassContext& ctx) {
         Node a;
         a.name = g.unique_name(base + "_bias");
         a.op_type = "Add";
-        a.inputs = {mid, g.add_constant(g.unique_name(base + "_bias"), columns(g.values[s.bias].constant, b, e))};
+        a.inputs = {mid, g.add_constant(g.unique_name(base + "_bias"), columns(bias, b, e))};
         a.outputs = {out};
         replacement[si].push_back(std::move(m));
         replacement[si].push_back(std::move(a));
