@@ -27,13 +27,16 @@ FlopCount attention_flops(const PlanStep& step, std::span<const TensorView> in) 
   if (in.size() < 3 || in[0].shape.rank() < 3 || in[1].shape.rank() < 3) return {};
   const int64_t H = attr_int(step, "num_heads", 1);
   if (H <= 0) return {};
-  const bool bhsd = attr_string(step, "layout", "bsd") == "bhsd";
+  // Layouts (plugins/attention/CONTRACT.md): bsd [B, S, H·Dh], bhsd [B, H, S, Dh], sbd [S, B, H·Dh].
+  const std::string layout = attr_string(step, "layout", "bsd");
+  const bool bhsd = layout == "bhsd", sbd = layout == "sbd";
+  if (bhsd && (in[0].shape.rank() < 4 || in[1].shape.rank() < 4)) return {};
   const std::string mask = attr_string(step, "mask", "none");
   const Shape& q = in[0].shape;
-  const int64_t B = q[0];
-  const int64_t Sq = bhsd ? q[2] : q[1];
+  const int seq_axis = bhsd ? 2 : sbd ? 0 : 1;
+  const int64_t B = q[sbd ? 1 : 0];
+  const int64_t Sq = q[seq_axis];
   const int64_t Dh = bhsd ? q[3] : q[2] / H;
-  const int seq_axis = bhsd ? 2 : 1;
   int64_t Sk = in[1].shape[seq_axis];
   if (attr_int(step, "kv_cache", 0) && in.size() > 4 && in[4].shape.rank() > seq_axis) Sk += in[4].shape[seq_axis];
   // Visible (query, key) pairs of one batch and head; query i sits at absolute position Sk - Sq + i.

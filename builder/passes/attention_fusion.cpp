@@ -8,8 +8,8 @@
 //   bsd:  q/k/v [B,S,D] split by Reshape [B,S,H,Dh] + Transpose (ControlTransformer), K/V caches
 //         Concat'ed on axis 1 before the split;
 //   bhsd: q/k/v already [B,H,S,Dh] (GPT-2), K/V caches Concat'ed on axis 2;
-//   sbd:  nn.MultiheadAttention's [S,B,D] -> [S,B·H,Dh] head split (torchvision ViT); emitted as
-//         bsd between Transposes, since the plugin has no sequence-first layout.
+//   sbd:  nn.MultiheadAttention's [S,B,D] -> [S,B·H,Dh] head split (torchvision ViT); the plugin
+//         reads [S,B,D] q/k/v in place (layout sbd), so no Transposes are needed at any batch.
 // This file is the pass driver: it finds the Softmax sites, runs the matchers
 // (attention_patterns.cpp, over the graph view in attention_shape_helpers.cpp), rewrites each
 // match, keeps the nodes in topological order and reports every site (attention_required).
@@ -68,11 +68,6 @@ int new_value(Graph& g, const std::string& base, DType dt, std::optional<SymShap
   return v;
 }
 
-std::optional<SymShape> swap01(const std::optional<SymShape>& s) {
-  if (!s || s->size() != 3) return std::nullopt;
-  return SymShape{(*s)[1], (*s)[0], (*s)[2]};
-}
-
 // Rewrites the graph for one match; returns the fused node's name.
 std::string emit(Graph& g, const std::string& softmax, Fused& f) {
   const std::string name = fused_name(g, softmax);
@@ -91,18 +86,6 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
     node.replaced_nodes.push_back(g.nodes[i].name);
     g.nodes[i].removed = true;
   }
-  auto to_bsd = [&](int v) {
-    // [S,B,D] -> [B,S,D] for the sequence-first (nn.MultiheadAttention) layout.
-    const int t = new_value(g, g.values[v].name + "/bsd", DType::kFloat32, swap01(g.values[v].shape));
-    Node tn;
-    tn.name = name + "/to_bsd_" + g.values[v].name;
-    tn.op_type = "Transpose";
-    tn.attrs["perm"] = Attribute::Ints({1, 0, 2});
-    tn.inputs = {v};
-    tn.outputs = {t};
-    add_node(g, std::move(tn));
-    return t;
-  };
   int mask = f.mask_value;
   if (mask >= 0 && f.mask_negate) {
     const int nv = new_value(g, g.values[mask].name + "/attend", DType::kBool, g.values[mask].shape);
@@ -114,11 +97,7 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
     add_node(g, std::move(nn));
     mask = nv;
   }
-  if (f.seq_first) {
-    node.inputs = {to_bsd(f.q), to_bsd(f.k), to_bsd(f.v)};
-  } else {
-    node.inputs = {f.q, f.k, f.v};
-  }
+  node.inputs = {f.q, f.k, f.v};
   if (mask >= 0 || f.kv_cache) node.inputs.push_back(mask);
   if (f.kv_cache) {
     node.inputs.push_back(f.k_cache);
@@ -126,25 +105,16 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
   }
   int out = f.out;
   if (f.seq_first) {
-    // [B,S,D] -> [S,B,D] -> [S,B·H,Dh]: exactly the value the merged-heads Transpose produced.
-    std::optional<SymShape> bsd_shape = swap01(g.values[f.q].shape);
-    out = new_value(g, name + "/out_bsd", DType::kFloat32, bsd_shape);
-    const int sbd = new_value(g, name + "/out_sbd", DType::kFloat32, g.values[f.q].shape);
-    Node tn;
-    tn.name = name + "/to_sbd";
-    tn.op_type = "Transpose";
-    tn.attrs["perm"] = Attribute::Ints({1, 0, 2});
-    tn.inputs = {out};
-    tn.outputs = {sbd};
+    // out [S,B,D] -> [S,B·H,Dh]: exactly the value the merged-heads Transpose produced (a view).
+    out = new_value(g, name + "/out_sbd", DType::kFloat32, g.values[f.q].shape);
     const int target = g.add_constant(name + "/heads_shape", Tensor::from_vector<int64_t>({0, -1, f.head_dim}, Shape{3}));
     Node rn;
     rn.name = name + "/split_heads";
     rn.op_type = "Reshape";
-    rn.inputs = {sbd, target};
+    rn.inputs = {out, target};
     rn.outputs = {f.out};
     node.outputs = {out};
     add_node(g, std::move(node));
-    add_node(g, std::move(tn));
     add_node(g, std::move(rn));
     return name;
   }
@@ -167,7 +137,7 @@ std::optional<SymShape> merge_dims(const std::optional<SymShape>& a, const std::
 }
 
 // Shape inference again, now that kiln::Attention nodes stand where the chains were: a fused
-// node's output has its q input's shape (CONTRACT.md, both layouts), which keeps dims the replaced
+// node's output has its q input's shape (CONTRACT.md, every layout), which keeps dims the replaced
 // chain's Reshapes lost (a sequence length such as 274*timesteps: the plugin's own inference needs
 // concrete shapes), and later nodes' shapes follow from it.
 void refresh_shapes(Graph& g, PassContext& ctx) {

@@ -330,7 +330,7 @@ class SiteMatcher {
   }
 
   void match_sbd(Fused& f, int a, int b, int vh, Node& pv) {
-    f.layout = "bsd";
+    f.layout = "sbd";
     f.seq_first = true;
     Node* tq = m_.transpose_of(a, {1, 0, 2});
     need_single(a, "q heads");

@@ -32,7 +32,7 @@ struct Fused {
   bool kv_cache = false;
   int q = -1, k = -1, v = -1, k_cache = -1, v_cache = -1;
   int out = -1, k_all = -1, v_all = -1;  // values the fused node produces (taken over)
-  bool seq_first = false;       // sbd: q/k/v need a Transpose, out a Transpose + Reshape
+  bool seq_first = false;       // sbd: q/k/v are [S,B,D]; out needs a Reshape to [S,B·H,Dh]
   std::vector<int> core;        // nodes replaced
 };
 

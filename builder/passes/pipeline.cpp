@@ -14,6 +14,11 @@ const std::vector<Pass>& pass_pipeline() {
        "evaluate nodes whose inputs are constant, and Shape/Size of values whose shape is known, so the "
        "Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
        constant_folding},
+      {"packed_projection_split",
+       "give each Slice of a packed projection's product (nn.MultiheadAttention's x.W[E,3E] -> q, k, v) its own "
+       "MatMul on the weight's columns: no Slice copies, and the query projection alone can narrow; after folding, "
+       "which makes the Slice bounds constants, before matmul_epilogue_fusion, which fuses each bias slice",
+       packed_projection_split},
       {"attention_fusion",
        "replace each exported attention subgraph (QK^T, scale, mask, Softmax, .V, with its head split/merge and "
        "KV-cache Concats) by one kiln::Attention node, which never materializes the score matrix; after folding so "

@@ -2,8 +2,8 @@
 // ControlTransformer's prediction head does; the class token, x[:, 0], as ViT's) exports it as a
 // Gather with a constant scalar index, or a Slice of length one, at the end of a chain of row-wise
 // nodes: elementwise ops, LayerNormalization, linear layers (MatMul/Gemm with a weight that does not
-// depend on the row), Transposes, Reshapes that keep the row axis, and the fused attention's
-// queries. Each of these computes a row of its output from the same row of its inputs, so the
+// depend on the row), Transposes, Reshapes that keep the dims before the row axis, and the fused
+// attention's queries. Each of these computes a row of its output from the same row of its inputs, so the
 // chain can compute that row only: the selection moves up to where the chain starts (a Slice of
 // one row is inserted there) and every node in between works on one row instead of hundreds. In a transformer this drops most of the
 // last layer's work (queries, attention, output projection, MLP); its K/V, which every token
@@ -13,11 +13,13 @@
 // is the selection itself) along the same axis, so nothing else ever sees a narrowed value; graph
 // outputs are never narrowed. Attention with a causal or block-causal rule knows its queries as
 // "the last Sq positions", so it is narrowed only when the selected row is the last one. Values
-// keep their dims except the row axis, which becomes 1; the selection itself then picks row 0.
+// keep their dims except the row axis, which becomes 1 (or the block of rows one row became
+// through a Reshape merging the row axis with the next, see Rows); the selection then picks row 0.
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "builder/passes/pass.h"
 
@@ -42,9 +44,20 @@ struct Selection {
   int axis = 0;          // in that value
 };
 
+// Which rows of a value a narrowed node needs: along `axis`, rows [index·block, (index+1)·block)
+// for the selection's index (the last `block` rows for index -1). block is 1 except behind a
+// Reshape that merges the row axis with the dims after it (ViT's [S, B, E] -> [S·B, E] around
+// its output projection keeps, for the class token, the block of B rows of token 0).
+struct Rows {
+  int axis = 0;
+  int64_t block = 1;
+  bool operator==(const Rows&) const = default;
+};
+
 struct Demand {
-  size_t slot;  // input position
-  int axis;     // row axis of that input
+  size_t slot;         // input position
+  int axis;            // row axis of that input
+  int64_t block = 1;   // rows per selected block of that input (Rows)
 };
 
 const SymShape* shape_of(const Graph& g, int v) { return v >= 0 && g.values[v].shape ? &*g.values[v].shape : nullptr; }
@@ -106,8 +119,10 @@ std::optional<Selection> selection_of(const Graph& g, const Node& n, int idx, co
   return s;
 }
 
-// Whether row `index` along `axis` of a value of dim `d` is its last row.
-bool is_last_row(int64_t index, const Dim& d) { return index == -1 || (d.is_known() && index == d.value - 1); }
+// Whether block `index` (of `block` rows) along an axis of dim `d` ends at its last row.
+bool is_last_block(int64_t index, int64_t block, const Dim& d) {
+  return index == -1 || (d.is_known() && (index + 1) * block == d.value);
+}
 
 class Narrowing {
  public:
@@ -130,37 +145,37 @@ class Narrowing {
       auto outs = narrowed_outputs(n);
       if (outs.empty()) continue;
       // Every narrowed output must be read only by narrowed nodes, all along one axis.
-      std::optional<int> axis;
+      std::optional<Rows> rows;
       bool ok = true;
       for (size_t o : outs) {
-        auto a = demanded_axis(n.outputs[o]);
-        if (!a || (axis && *axis != *a)) ok = false;
-        if (a) axis = a;
+        auto r = demanded_rows(n.outputs[o]);
+        if (!r || (rows && !(*rows == *r))) ok = false;
+        if (r) rows = r;
       }
-      if (!ok || !axis) continue;
-      auto demands = input_demands(n, *axis);
+      if (!ok || !rows) continue;
+      auto demands = input_demands(n, *rows);
       if (!demands) continue;
       narrowed_[i] = std::move(*demands);
-      for (size_t o : outs) value_axis_[n.outputs[o]] = *axis;
+      for (size_t o : outs) value_rows_[n.outputs[o]] = *rows;
     }
     // Demand starts at the selected value: without its producer nothing else is narrowed.
-    return value_axis_.count(sel_.source) ? static_cast<int>(narrowed_.size()) : 0;
+    return value_rows_.count(sel_.source) ? static_cast<int>(narrowed_.size()) : 0;
   }
 
   // Rewrites the graph: one-row Slices where narrowed nodes read full values, new shapes for the
   // narrowed values, and the selection reading row 0 of its (now one-row) source.
   void rewrite(PassContext& ctx) {
-    std::map<std::pair<int, int>, int> slices;  // (value, axis) -> its one-row Slice
+    std::map<std::tuple<int, int, int64_t>, int> slices;  // (value, axis, block) -> its Slice
     std::vector<Node> order;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       auto it = narrowed_.find(static_cast<int>(i));
       if (it != narrowed_.end()) {
         for (const Demand& d : it->second) {
           const int u = g_.nodes[i].inputs[d.slot];
-          if (value_axis_.count(u)) continue;  // produced by a narrowed node
-          auto key = std::make_pair(u, d.axis);
+          if (value_rows_.count(u)) continue;  // produced by a narrowed node
+          auto key = std::make_tuple(u, d.axis, d.block);
           if (!slices.count(key)) {
-            auto [node, out] = one_row_slice(u, d.axis);
+            auto [node, out] = row_slice(u, Rows{d.axis, d.block});
             order.push_back(std::move(node));
             slices[key] = out;
           }
@@ -171,7 +186,7 @@ class Narrowing {
       order.push_back(std::move(g_.nodes[i]));
     }
     g_.nodes = std::move(order);
-    for (const auto& [v, axis] : value_axis_) (*g_.values[v].shape)[axis] = Dim::known(1);
+    for (const auto& [v, rows] : value_rows_) (*g_.values[v].shape)[rows.axis] = Dim::known(rows.block);
     (*g_.values[sel_.source].shape)[sel_.axis] = Dim::known(1);
     // The selection now takes row 0 of a one-row value.
     for (Node& n : g_.nodes)
@@ -185,7 +200,7 @@ class Narrowing {
       }
     ctx.log.push_back("selected_row_narrowing: " + std::to_string(narrowed_.size()) + " nodes before '" + gather_name_ +
                       "' compute only row " + std::to_string(sel_.index) + " of axis " + std::to_string(sel_.axis) + " (" +
-                      std::to_string(slices.size()) + " one-row slices inserted)");
+                      std::to_string(slices.size()) + " row slices inserted)");
   }
 
   void remember_gather_name() { gather_name_ = g_.nodes[sel_.gather_node].name; }
@@ -213,24 +228,24 @@ class Narrowing {
     return live;
   }
 
-  // The axis all readers of `v` need it narrowed along, or nullopt when some reader needs it whole.
-  std::optional<int> demanded_axis(int v) const {
+  // The rows all readers of `v` need it narrowed to, or nullopt when some reader needs it whole.
+  std::optional<Rows> demanded_rows(int v) const {
     if (graph_output_.count(v)) return std::nullopt;
     auto it = readers_.find(v);
     if (it == readers_.end() || it->second.empty()) return std::nullopt;
-    std::optional<int> axis;
+    std::optional<Rows> rows;
     for (const Reader& r : it->second) {
-      int a = -1;
+      Rows a{-1, 1};
       if (r.node == sel_.gather_node && v == sel_.source && r.slot == 0) {
-        a = sel_.axis;
+        a.axis = sel_.axis;
       } else if (auto n = narrowed_.find(r.node); n != narrowed_.end()) {
         for (const Demand& d : n->second)
-          if (d.slot == r.slot) a = d.axis;
+          if (d.slot == r.slot) a = Rows{d.axis, d.block};
       }
-      if (a < 0 || (axis && *axis != a)) return std::nullopt;
-      axis = a;
+      if (a.axis < 0 || (rows && !(*rows == a))) return std::nullopt;
+      rows = a;
     }
-    return axis;
+    return rows;
   }
 
   // The outputs of `n` that narrowing makes one row (empty: `n` is not row-wise).
@@ -247,13 +262,23 @@ class Narrowing {
     return {0};
   }
 
-  // Which inputs a node needs narrowed, and along which axis, to compute the selected row of its
-  // narrowed outputs along `axis`; nullopt when it cannot.
-  std::optional<std::vector<Demand>> input_demands(const Node& n, int axis) const {
+  // Which inputs a node needs narrowed, and to which rows, to compute the selected rows of its
+  // narrowed outputs; nullopt when it cannot. Only a Reshape changes the block (reshape_demands);
+  // every other rule is row-wise, so its inputs' blocks are the output's.
+  std::optional<std::vector<Demand>> input_demands(const Node& n, const Rows& rows) const {
+    if (n.domain.empty() && n.op_type == "Reshape") return reshape_demands(n, rows);
+    auto d = rowwise_demands(n, rows);
+    if (d)
+      for (Demand& x : *d) x.block = rows.block;
+    return d;
+  }
+
+  std::optional<std::vector<Demand>> rowwise_demands(const Node& n, const Rows& rows) const {
+    const int axis = rows.axis;
     const SymShape* ys = shape_of(g_, n.outputs[0]);
     if (!ys || axis >= static_cast<int>(ys->size())) return std::nullopt;
     const int rank = static_cast<int>(ys->size());
-    if (n.domain == "kiln" && n.op_type == "Attention") return attention_demands(n, axis);
+    if (n.domain == "kiln" && n.op_type == "Attention") return attention_demands(n, rows);
     if (!n.domain.empty()) return std::nullopt;
     const std::string& op = n.op_type;
     if (kElementwise.count(op)) {
@@ -277,7 +302,6 @@ class Narrowing {
       if (it == n.attrs.end() || static_cast<int>(it->second.ints.size()) != rank) return std::nullopt;
       return std::vector<Demand>{{0, static_cast<int>(it->second.ints[axis])}};
     }
-    if (op == "Reshape") return reshape_demands(n, axis);
     if (op == "MatMul") {
       // Row `axis` of A x W, with W 2-D and not read per row: row `axis` of A.
       const SymShape* as = shape_of(g_, n.inputs[0]);
@@ -337,15 +361,20 @@ class Narrowing {
     return d;
   }
 
-  // A Reshape that keeps every dim up to the row axis and regroups only the dims after it (e.g.
-  // [S, B*E] <-> [S, B, E] with B = 1) maps row i to row i; its target then gets 1 at the row
-  // axis (a positive target dim there would no longer match the narrowed input).
-  std::optional<std::vector<Demand>> reshape_demands(const Node& n, int axis) const {
+  // A Reshape that keeps every dim before the row axis and regroups the row axis with the dims
+  // after it. Per index of the leading dims, the output's rows [i·b, (i+1)·b) are the flat
+  // elements [i·b·T_out, (i+1)·b·T_out) (T: the product of the dims after the axis), which are the
+  // input's rows [i·b', (i+1)·b') with b' = b·T_out / T_in when that divides: equal tails keep the
+  // block ([S, B*E] <-> [S, B, E]); [S·B, E] -> [S, B, E] takes a block of B input rows per output
+  // row, and [S, B·H, Dh] -> [S·B, E] one input row per block of B output rows. The target then
+  // gets the block at the row axis (a positive target dim there would not match the narrowed input).
+  std::optional<std::vector<Demand>> reshape_demands(const Node& n, const Rows& rows) const {
+    const int axis = rows.axis;
     if (n.inputs.size() != 2 || n.inputs[1] < 0 || !g_.values[n.inputs[1]].is_constant()) return std::nullopt;
     const SymShape* xs = shape_of(g_, n.inputs[0]);
     const SymShape* ys = shape_of(g_, n.outputs[0]);
-    if (!xs || !ys || static_cast<int>(xs->size()) <= axis) return std::nullopt;
-    for (int d = 0; d <= axis; ++d)
+    if (!xs || !ys || static_cast<int>(xs->size()) <= axis || static_cast<int>(ys->size()) <= axis) return std::nullopt;
+    for (int d = 0; d < axis; ++d)
       if (!((*xs)[d] == (*ys)[d]) || (!(*xs)[d].is_known() && !(*xs)[d].is_symbol())) return std::nullopt;
     auto tail = [&](const SymShape& s) -> std::optional<int64_t> {  // product of the dims after the axis
       int64_t p = 1;
@@ -355,25 +384,39 @@ class Narrowing {
       }
       return p;
     };
+    int64_t block = rows.block;
     const bool same_tail = std::equal(xs->begin() + axis + 1, xs->end(), ys->begin() + axis + 1, ys->end());
-    if (!same_tail && (!tail(*xs) || tail(*xs) != tail(*ys))) return std::nullopt;
+    if (same_tail) {
+      // Row i of the output is row i of the input only when the axis itself is the same dim.
+      if (!((*xs)[axis] == (*ys)[axis]) || (!(*xs)[axis].is_known() && !(*xs)[axis].is_symbol())) return std::nullopt;
+    } else {
+      const auto tx = tail(*xs), ty = tail(*ys);
+      if (!tx || !ty || *tx <= 0 || *ty <= 0 || (rows.block * *ty) % *tx != 0) return std::nullopt;
+      block = rows.block * *ty / *tx;
+    }
     const Tensor& target = g_.values[n.inputs[1]].constant;
     if (target.dtype() != DType::kInt64 || target.numel() != static_cast<int64_t>(ys->size())) return std::nullopt;
-    return std::vector<Demand>{{0, axis}};
+    // A 0 at the row axis copies the input's (narrowed) dim: right only when the blocks agree.
+    if (target.as<int64_t>()[axis] == 0 && block != rows.block) return std::nullopt;
+    return std::vector<Demand>{{0, axis, block}};
   }
 
   // kiln::Attention computes query row i from q row i (and mask row i): only output 0 narrows.
-  std::optional<std::vector<Demand>> attention_demands(const Node& n, int axis) const {
+  std::optional<std::vector<Demand>> attention_demands(const Node& n, const Rows& rows) const {
+    const int axis = rows.axis;
+    // The query (sequence) axis: bsd [B, S, D] 1, bhsd [B, H, S, Dh] 2, sbd [S, B, D] 0.
     auto layout = n.attrs.find("layout");
-    const bool bhsd = layout != n.attrs.end() && layout->second.s == "bhsd";
-    if (axis != (bhsd ? 2 : 1)) return std::nullopt;
+    const std::string lay = layout == n.attrs.end() ? "bsd" : layout->second.s;
+    const int seq_axis = lay == "bhsd" ? 2 : lay == "sbd" ? 0 : lay == "bsd" ? 1 : -1;
+    if (axis != seq_axis) return std::nullopt;
     const SymShape* qs = shape_of(g_, n.inputs[0]);
     if (!qs || static_cast<int>(qs->size()) <= axis) return std::nullopt;
     auto mask = n.attrs.find("mask");
     const std::string kind = mask == n.attrs.end() ? "none" : mask->second.s;
-    // Causal rules place the queries at the last Sq positions: one query keeps its place only if
-    // it is the last.
-    if ((kind == "causal" || kind == "block_causal") && !is_last_row(sel_.index, (*qs)[axis])) return std::nullopt;
+    // Causal rules place the queries at the last Sq positions: the kept queries keep their places
+    // only if they are the last.
+    if ((kind == "causal" || kind == "block_causal") && !is_last_block(sel_.index, rows.block, (*qs)[axis]))
+      return std::nullopt;
     std::vector<Demand> d{{0, axis}};
     if ((kind == "bool" || kind == "additive") && n.inputs.size() > 3 && n.inputs[3] >= 0) {
       const SymShape* ms = shape_of(g_, n.inputs[3]);
@@ -386,20 +429,22 @@ class Narrowing {
     return d;
   }
 
-  // A narrowed Reshape's target with 1 at the row axis (0 copies the input's dim, -1 infers it:
-  // both already give 1).
+  // A narrowed Reshape's target with the block at the row axis (0 copies the input's dim, which
+  // reshape_demands allows only when it is the block; -1 infers it: both already give the block).
   void narrow_reshape_target(Node& n) {
-    const int axis = value_axis_.at(n.outputs[0]);
+    const Rows rows = value_rows_.at(n.outputs[0]);
     Tensor target = Tensor::copy_of(g_.values[n.inputs[1]].constant.view());
-    int64_t& t = target.as<int64_t>()[axis];
-    if (t > 0) t = 1;
+    int64_t& t = target.as<int64_t>()[rows.axis];
+    if (t > 0) t = rows.block;
     n.inputs[1] = g_.add_constant(g_.unique_name(n.name + "/row_target"), std::move(target));
   }
 
-  // Slice(v, [index], [index + 1], [axis]) as a new node and value.
-  std::pair<Node, int> one_row_slice(int v, int axis) {
-    const int64_t start = sel_.index;
-    const int64_t end = sel_.index == -1 ? std::numeric_limits<int64_t>::max() : sel_.index + 1;
+  // Slice(v, [index·block], [(index + 1)·block], [axis]) as a new node and value (the last block
+  // rows for index -1).
+  std::pair<Node, int> row_slice(int v, const Rows& rows) {
+    const int axis = rows.axis;
+    const int64_t start = sel_.index == -1 ? -rows.block : sel_.index * rows.block;
+    const int64_t end = sel_.index == -1 ? std::numeric_limits<int64_t>::max() : (sel_.index + 1) * rows.block;
     const std::string base = g_.values[v].name + "/row";
     Node n;
     n.name = g_.unique_name(base);
@@ -410,7 +455,7 @@ class Narrowing {
     const int out = g_.add_value(g_.unique_name(base));
     g_.values[out].dtype = g_.values[v].dtype;
     g_.values[out].shape = g_.values[v].shape;
-    (*g_.values[out].shape)[axis] = Dim::known(1);
+    (*g_.values[out].shape)[axis] = Dim::known(rows.block);
     n.outputs = {out};
     return {std::move(n), out};
   }
@@ -423,7 +468,7 @@ class Narrowing {
   std::map<int, std::vector<Reader>> readers_;
   std::set<int> graph_output_;
   std::map<int, std::vector<Demand>> narrowed_;  // node index -> the inputs it needs narrowed
-  std::map<int, int> value_axis_;                // narrowed value -> its row axis
+  std::map<int, Rows> value_rows_;               // narrowed value -> its selected rows
 };
 
 }  // namespace

@@ -10,7 +10,15 @@
 
 namespace kiln::attention {
 
-enum class Layout { kBSD, kBHSD };
+// kBSD: [B, S, H·Dh]; kBHSD: [B, H, S, Dh]; kSBD: [S, B, H·Dh] (sequence first, as
+// nn.MultiheadAttention computes q/k/v; no KV cache in this layout).
+enum class Layout { kBSD, kBHSD, kSBD };
+const char* layout_name(Layout layout);
+inline int layout_rank(Layout layout) { return layout == Layout::kBHSD ? 4 : 3; }
+inline int seq_axis(Layout layout) { return layout == Layout::kBHSD ? 2 : layout == Layout::kSBD ? 0 : 1; }
+inline int batch_axis(Layout layout) { return layout == Layout::kSBD ? 1 : 0; }
+// The shape of a q/k/v/cache/output tensor of S rows.
+Shape seq_shape(Layout layout, int64_t B, int64_t S, int64_t H, int64_t Dh);
 enum class MaskKind { kNone, kBool, kAdditive, kCausal, kBlockCausal };
 enum class Precision { kFp32, kBf16 };
 
@@ -32,7 +40,7 @@ constexpr int kQ = 0, kK = 1, kV = 2, kMask = 3, kKCache = 4, kVCache = 5;
 struct RowStrides {
   int64_t batch = 0, head = 0, row = 0;
 };
-RowStrides row_strides(Layout layout, int64_t S, int64_t H, int64_t Dh);
+RowStrides row_strides(Layout layout, int64_t B, int64_t S, int64_t H, int64_t Dh);
 
 struct Geometry {
   int64_t B = 0, H = 0, Dh = 0, Sq = 0, Sk_new = 0, Sc = 0;

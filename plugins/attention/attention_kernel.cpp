@@ -329,9 +329,9 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
       const int64_t plane = (g.mask_stride[0] ? b : 0) * plane_h + (g.mask_stride[1] ? h : 0);
       return summary + (plane * q_tiles + qt) * k_tiles;
     };
-    const RowStrides qs = row_strides(p.layout, g.Sq, g.H, g.Dh);
-    const RowStrides ks = row_strides(p.layout, g.Sk_new, g.H, g.Dh);
-    const RowStrides cs = row_strides(p.layout, g.Sc, g.H, g.Dh);
+    const RowStrides qs = row_strides(p.layout, g.B, g.Sq, g.H, g.Dh);
+    const RowStrides ks = row_strides(p.layout, g.B, g.Sk_new, g.H, g.Dh);
+    const RowStrides cs = row_strides(p.layout, g.B, g.Sc, g.H, g.Dh);
     auto head_rows = [&](int t, int64_t b, int64_t h) {
       HeadRows r;
       r.base[0] = p.kv_cache ? in[kKCache + t].as<const float>() + b * cs.batch + h * cs.head : nullptr;

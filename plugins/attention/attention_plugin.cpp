@@ -135,17 +135,17 @@ class AttentionBuild final : public PluginBuild {
   // the bf16 path's packed K/V. Read from the shapes without validating them: the run reports
   // shape errors, and ranges need not be consistent at their maxima.
   size_t workspace_bytes(std::span<const TensorDesc> max_inputs) const noexcept override {
-    const bool bsd = p_.layout == Layout::kBSD;
+    const int rank = attention::layout_rank(p_.layout), seq_axis = attention::seq_axis(p_.layout);
     auto seq = [&](size_t i) -> int64_t {
-      if (i >= max_inputs.size() || max_inputs[i].shape.rank() != (bsd ? 3 : 4)) return 0;
-      return max_inputs[i].shape[bsd ? 1 : 2];
+      if (i >= max_inputs.size() || max_inputs[i].shape.rank() != rank) return 0;
+      return max_inputs[i].shape[seq_axis];
     };
-    if (max_inputs.empty() || max_inputs[attention::kQ].shape.rank() != (bsd ? 3 : 4)) return 0;
+    if (max_inputs.empty() || max_inputs[attention::kQ].shape.rank() != rank) return 0;
     const Shape& q = max_inputs[attention::kQ].shape;
     Geometry g;
-    g.B = q[0];
+    g.B = q[attention::batch_axis(p_.layout)];
     g.H = p_.num_heads;
-    g.Dh = bsd ? q[2] / p_.num_heads : q[3];
+    g.Dh = p_.layout == Layout::kBHSD ? q[3] : q[2] / p_.num_heads;
     g.Sq = seq(attention::kQ);
     g.Sk_new = seq(attention::kK);
     g.Sc = p_.kv_cache ? seq(attention::kKCache) : 0;
@@ -156,7 +156,7 @@ class AttentionBuild final : public PluginBuild {
     AttrMap f;
     f["num_heads"] = Attribute::Int(p_.num_heads);
     f["scale"] = Attribute::Float(p_.scale);
-    f["layout"] = Attribute::String(p_.layout == Layout::kBSD ? "bsd" : "bhsd");
+    f["layout"] = Attribute::String(attention::layout_name(p_.layout));
     static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
     f["mask"] = Attribute::String(masks[static_cast<int>(p_.mask)]);
     if (p_.mask == MaskKind::kBlockCausal) f["block"] = Attribute::Int(p_.block);
@@ -226,7 +226,8 @@ class AttentionCreator final : public PluginCreator {
     if (auto it = fields.find("layout"); it != fields.end()) {
       if (it->second.s == "bsd") p.layout = Layout::kBSD;
       else if (it->second.s == "bhsd") p.layout = Layout::kBHSD;
-      else return InvalidArgument("kiln::Attention: field 'layout' = '" + it->second.s + "' is not bsd or bhsd");
+      else if (it->second.s == "sbd") p.layout = Layout::kSBD;
+      else return InvalidArgument("kiln::Attention: field 'layout' = '" + it->second.s + "' is not bsd, bhsd or sbd");
     }
     if (auto it = fields.find("mask"); it != fields.end()) {
       const std::string& m = it->second.s;
@@ -255,6 +256,10 @@ class AttentionCreator final : public PluginCreator {
                                " must be 0 or 1");
       p.kv_cache = it->second.i == 1;
     }
+    // A cache appended along the sequence axis of [S, B, D] would interleave batches on every
+    // step; sequence-first attention (nn.MultiheadAttention) has no cache to keep.
+    if (p.kv_cache && p.layout == Layout::kSBD)
+      return InvalidArgument("kiln::Attention: field 'kv_cache' = 1 is not supported with layout = 'sbd'");
     if (auto it = fields.find("precision"); it != fields.end()) {
       if (it->second.s == "fp32") p.precision = attention::Precision::kFp32;
       else if (it->second.s == "bf16") p.precision = attention::Precision::kBf16;

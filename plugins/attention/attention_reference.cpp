@@ -11,9 +11,9 @@ Status reference_attention(const Params& p, std::span<const TensorView> in, std:
   for (const TensorView& v : in) descs.push_back(v.desc());
   KILN_ASSIGN_OR_RETURN(Geometry g, validate_inputs(p, descs));
   const int64_t Sk = g.Sk_total();
-  const RowStrides qs = row_strides(p.layout, g.Sq, g.H, g.Dh);
-  const RowStrides ks = row_strides(p.layout, g.Sk_new, g.H, g.Dh);
-  const RowStrides cs = row_strides(p.layout, g.Sc, g.H, g.Dh);
+  const RowStrides qs = row_strides(p.layout, g.B, g.Sq, g.H, g.Dh);
+  const RowStrides ks = row_strides(p.layout, g.B, g.Sk_new, g.H, g.Dh);
+  const RowStrides cs = row_strides(p.layout, g.B, g.Sc, g.H, g.Dh);
   const float* q = in[kQ].as<const float>();
   auto key_row = [&](int t, int64_t b, int64_t h, int64_t j) -> const float* {
     if (j < g.Sc) return in[kKCache + t].as<const float>() + b * cs.batch + h * cs.head + j * cs.row;
@@ -57,7 +57,7 @@ Status reference_attention(const Params& p, std::span<const TensorView> in, std:
         for (int64_t d = 0; d < g.Dh; ++d) o[d] = sum > 0 ? static_cast<float>(acc[d] / sum) : 0.0f;
       }
   if (p.kv_cache) {
-    const RowStrides as = row_strides(p.layout, Sk, g.H, g.Dh);
+    const RowStrides as = row_strides(p.layout, g.B, Sk, g.H, g.Dh);
     for (int t = 0; t < 2; ++t)
       for (int64_t b = 0; b < g.B; ++b)
         for (int64_t h = 0; h < g.H; ++h)

@@ -22,20 +22,18 @@ Status check_float(std::span<const TensorDesc> in, int i) {
   return Status::Ok();
 }
 
-// Checks a q/k/v/cache tensor against [B, S, H*Dh] (bsd) or [B, H, S, Dh] (bhsd) where every dim
-// but the sequence one is known; returns its sequence length. `seq` >= 0 also fixes that dim.
+// Checks a q/k/v/cache tensor against the layout's shape (seq_shape) where every dim but the
+// sequence one is known; returns its sequence length. `seq` >= 0 also fixes that dim.
 StatusOr<int64_t> check_seq_tensor(const Params& p, const Geometry& g, std::span<const TensorDesc> in, int i,
                                    int64_t seq) {
   KILN_RETURN_IF_ERROR(check_float(in, i));
   const Shape& s = in[i].shape;
-  const bool bsd = p.layout == Layout::kBSD;
-  const int rank = bsd ? 3 : 4;
+  const int rank = layout_rank(p.layout);
   if (s.rank() != rank)
     return InvalidArgument("kiln::Attention: " + input_label(i) + " must have rank " + std::to_string(rank) + " (" +
-                           (bsd ? "bsd" : "bhsd") + " layout), got shape " + s.str());
-  const int seq_axis = bsd ? 1 : 2;
-  const int64_t S = seq >= 0 ? seq : s[seq_axis];
-  const Shape expect = bsd ? Shape{g.B, S, g.H * g.Dh} : Shape{g.B, g.H, S, g.Dh};
+                           layout_name(p.layout) + " layout), got shape " + s.str());
+  const int64_t S = seq >= 0 ? seq : s[seq_axis(p.layout)];
+  const Shape expect = seq_shape(p.layout, g.B, S, g.H, g.Dh);
   for (int d = 0; d < rank; ++d)
     if (s[d] != expect[d])
       return InvalidArgument("kiln::Attention: " + input_label(i) + " dim " + std::to_string(d) + " = " +
@@ -46,9 +44,31 @@ StatusOr<int64_t> check_seq_tensor(const Params& p, const Geometry& g, std::span
 
 }  // namespace
 
-RowStrides row_strides(Layout layout, int64_t S, int64_t H, int64_t Dh) {
-  if (layout == Layout::kBSD) return RowStrides{S * H * Dh, Dh, H * Dh};
-  return RowStrides{H * S * Dh, S * Dh, Dh};
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::kBSD: return "bsd";
+    case Layout::kBHSD: return "bhsd";
+    case Layout::kSBD: return "sbd";
+  }
+  return "?";
+}
+
+Shape seq_shape(Layout layout, int64_t B, int64_t S, int64_t H, int64_t Dh) {
+  switch (layout) {
+    case Layout::kBSD: return Shape{B, S, H * Dh};
+    case Layout::kBHSD: return Shape{B, H, S, Dh};
+    case Layout::kSBD: return Shape{S, B, H * Dh};
+  }
+  return Shape{};
+}
+
+RowStrides row_strides(Layout layout, int64_t B, int64_t S, int64_t H, int64_t Dh) {
+  switch (layout) {
+    case Layout::kBSD: return RowStrides{S * H * Dh, Dh, H * Dh};
+    case Layout::kBHSD: return RowStrides{H * S * Dh, S * Dh, Dh};
+    case Layout::kSBD: return RowStrides{H * Dh, Dh, B * H * Dh};
+  }
+  return RowStrides{};
 }
 
 int num_outputs(const Params& p) { return p.kv_cache ? 3 : 1; }
@@ -74,14 +94,18 @@ StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> 
   g.H = p.num_heads;
   KILN_RETURN_IF_ERROR(check_float(in, kQ));
   const Shape& q = in[kQ].shape;
-  if (p.layout == Layout::kBSD) {
+  if (p.kv_cache && p.layout == Layout::kSBD)
+    return InvalidArgument("kiln::Attention: kv_cache = 1 is not supported with the sbd layout");
+  if (p.layout != Layout::kBHSD) {
+    const char* name = layout_name(p.layout);
     if (q.rank() != 3)
-      return InvalidArgument("kiln::Attention: input 0 (q) must have rank 3 (bsd layout), got shape " + q.str());
+      return InvalidArgument(std::string("kiln::Attention: input 0 (q) must have rank 3 (") + name +
+                             " layout), got shape " + q.str());
     if (q[2] % p.num_heads != 0)
       return InvalidArgument("kiln::Attention: input 0 (q) dim 2 = " + std::to_string(q[2]) +
                              " is not divisible by num_heads = " + std::to_string(p.num_heads));
-    g.B = q[0];
-    g.Sq = q[1];
+    g.B = q[batch_axis(p.layout)];
+    g.Sq = q[seq_axis(p.layout)];
     g.Dh = q[2] / p.num_heads;
   } else {
     if (q.rank() != 4)
@@ -128,12 +152,9 @@ StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> 
 }
 
 void output_descs(const Params& p, const Geometry& g, std::span<TensorDesc> out) {
-  auto seq_shape = [&](int64_t S) {
-    return p.layout == Layout::kBSD ? Shape{g.B, S, g.H * g.Dh} : Shape{g.B, g.H, S, g.Dh};
-  };
-  out[0] = TensorDesc{DType::kFloat32, seq_shape(g.Sq)};
+  out[0] = TensorDesc{DType::kFloat32, seq_shape(p.layout, g.B, g.Sq, g.H, g.Dh)};
   if (p.kv_cache) {
-    out[1] = TensorDesc{DType::kFloat32, seq_shape(g.Sk_total())};
+    out[1] = TensorDesc{DType::kFloat32, seq_shape(p.layout, g.B, g.Sk_total(), g.H, g.Dh)};
     out[2] = out[1];
   }
 }
@@ -156,6 +177,7 @@ void stream_copy(float* dst, const float* src, size_t n) {
 }  // namespace
 
 void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> in, std::span<const TensorView> out) {
+  // validate_inputs rejects kv_cache with sbd, so the layout is bsd or bhsd here.
   const bool bsd = p.layout == Layout::kBSD;
   // Both layouts are a sequence of `outer` independent [S, unit] blocks.
   const int64_t outer = bsd ? g.B : g.B * g.H;

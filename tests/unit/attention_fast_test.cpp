@@ -46,11 +46,11 @@ struct Case {
     return "B=" + std::to_string(B) + " H=" + std::to_string(H) + " Dh=" + std::to_string(Dh) +
            " Sq=" + std::to_string(Sq) + " Sk_new=" + std::to_string(Sk_new) + " Sc=" + std::to_string(Sc) +
            (cache ? (in_place ? " cache(in place)" : " cache(copy)") : "") +
-           (layout == Layout::kBSD ? " bsd" : " bhsd") +
+           " " + attention::layout_name(layout) +
            " mask=" + masks[static_cast<int>(mask)] + " block=" + std::to_string(block) +
            (precision == Precision::kBf16 ? " bf16" : " fp32");
   }
-  Shape seq_shape(int64_t S) const { return layout == Layout::kBSD ? Shape{B, S, H * Dh} : Shape{B, H, S, Dh}; }
+  Shape seq_shape(int64_t S) const { return attention::seq_shape(layout, B, S, H, Dh); }
   attention::Params params() const {
     attention::Params p;
     p.num_heads = H;
@@ -150,7 +150,7 @@ void check(const Case& c, uint32_t seed) {
     }
   }
   if (explicit_mask && c.Sq > 0) {  // query 0 sees no key: exact zeros
-    const attention::RowStrides rs = attention::row_strides(c.layout, c.Sq, c.H, c.Dh);
+    const attention::RowStrides rs = attention::row_strides(c.layout, c.B, c.Sq, c.H, c.Dh);
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
         for (int64_t d = 0; d < c.Dh; ++d) ASSERT_EQ(got[0].as<float>()[b * rs.batch + h * rs.head + d], 0.0f);
@@ -173,9 +173,10 @@ struct Dims {
 void sweep(const std::vector<Dims>& dims, Precision precision) {
   uint32_t seed = 100;
   for (const Dims& d : dims)
-    for (Layout layout : {Layout::kBSD, Layout::kBHSD})
+    for (Layout layout : {Layout::kBSD, Layout::kBHSD, Layout::kSBD})
       for (int cache_mode = 0; cache_mode < 3; ++cache_mode)
         for (const MaskChoice& m : kMasks) {
+          if (layout == Layout::kSBD && cache_mode > 0) continue;  // sbd has no KV cache
           Case c;
           c.B = d.B, c.H = d.H, c.Dh = d.Dh, c.Sq = d.Sq, c.Sk_new = d.Sk_new;
           c.cache = cache_mode > 0;

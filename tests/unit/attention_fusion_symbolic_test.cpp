@@ -170,7 +170,7 @@ TEST(AttentionFusionSymbolic, VitDynamicBatch) {
   auto att = attention_nodes(*g);
   ASSERT_EQ(att.size(), 2u);
   for (const Node* n : att) {
-    EXPECT_EQ(n->attrs.at("layout").s, "bsd");
+    EXPECT_EQ(n->attrs.at("layout").s, "sbd");
     EXPECT_EQ(n->attrs.at("mask").s, "none");
     EXPECT_EQ(n->attrs.at("num_heads").i, 2);
     EXPECT_NEAR(n->attrs.at("scale").f, 1.0 / std::sqrt(32.0), 1e-7);

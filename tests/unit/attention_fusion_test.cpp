@@ -198,10 +198,22 @@ void check_vit(Graph g) {
   auto att = attention_nodes(g);
   ASSERT_EQ(att.size(), 2u);
   for (const Node* n : att) {
-    expect_attrs(*n, 2, 32, "bsd", "none", 0);
+    expect_attrs(*n, 2, 32, "sbd", "none", 0);
     EXPECT_EQ(n->inputs.size(), 3u);
     EXPECT_EQ(n->outputs.size(), 1u);
+    // Sequence-first q/k/v go in as they are: no Transpose between the projections and the node
+    // (at batch 2 each would be a copy), and the output is [S, B, D] like q.
+    for (size_t i = 0; i < 3; ++i) {
+      const int p = g.values[n->inputs[i]].producer;
+      ASSERT_GE(p, 0);
+      EXPECT_NE(g.nodes[p].op_type, "Transpose") << n->name << " input " << i;
+    }
+    const auto& qs = g.values[n->inputs[0]].shape;
+    ASSERT_TRUE(qs && qs->size() == 3);
+    EXPECT_EQ((*qs)[1].str(), "2") << n->name << ": q is not [S, B=2, D]";
+    EXPECT_EQ(g.values[n->outputs[0]].shape, qs);
   }
+  for (const Node& n : g.nodes) EXPECT_EQ(n.name.find("/to_bsd"), std::string::npos) << n.name;
 }
 
 TEST(AttentionFusion, VitSmallConcreteShapes) {

@@ -39,18 +39,16 @@ struct Case {
     static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
     return "B=" + std::to_string(B) + " H=" + std::to_string(H) + " Dh=" + std::to_string(Dh) +
            " Sq=" + std::to_string(Sq) + " Sk_new=" + std::to_string(Sk_new) + " Sc=" + std::to_string(Sc) +
-           (cache ? " cache" : "") + (layout == Layout::kBSD ? " bsd" : " bhsd") + " mask=" +
+           (cache ? " cache" : "") + " " + attention::layout_name(layout) + " mask=" +
            masks[static_cast<int>(mask)] + " block=" + std::to_string(block) + " form=" + std::to_string(mask_form) +
            " mask_block=" + std::to_string(mask_block);
   }
-  Shape seq_shape(int64_t S) const {
-    return layout == Layout::kBSD ? Shape{B, S, H * Dh} : Shape{B, H, S, Dh};
-  }
+  Shape seq_shape(int64_t S) const { return attention::seq_shape(layout, B, S, H, Dh); }
   AttrMap fields() const {
     AttrMap f;
     f["num_heads"] = Attribute::Int(H);
     f["scale"] = Attribute::Float(1.0f / std::sqrt(static_cast<float>(Dh)));
-    f["layout"] = Attribute::String(layout == Layout::kBSD ? "bsd" : "bhsd");
+    f["layout"] = Attribute::String(attention::layout_name(layout));
     static const char* const masks[] = {"none", "bool", "additive", "causal", "block_causal"};
     f["mask"] = Attribute::String(masks[static_cast<int>(mask)]);
     if (mask == MaskKind::kBlockCausal) f["block"] = Attribute::Int(block);
@@ -169,6 +167,32 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   }
 }
 
+// [d0, d1, d2] -> [d1, d0, d2]: between the sbd and bsd layouts.
+Tensor swap01(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor r = Tensor::zeros(DType::kFloat32, Shape{s[1], s[0], s[2]});
+  for (int64_t i = 0; i < s[0]; ++i)
+    for (int64_t j = 0; j < s[1]; ++j)
+      std::memcpy(r.as<float>() + (j * s[0] + i) * s[2], t.as<float>() + (i * s[1] + j) * s[2], sizeof(float) * s[2]);
+  return r;
+}
+
+// The sbd output against the bsd reference on transposed q/k/v, so that the sbd strides, which
+// the kernel and the reference share (row_strides), are checked against an independent layout.
+void check_sbd_against_bsd(const Case& c, const Inputs& in, const Tensor& got) {
+  Case bsd = c;
+  bsd.layout = Layout::kBSD;
+  std::vector<Tensor> owned;
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < in.views.size(); ++i) owned.push_back(i < 3 ? swap01(in.owned[i]) : Tensor());
+  for (size_t i = 0; i < in.views.size(); ++i) views.push_back(i < 3 ? owned[i].view() : in.views[i]);
+  Tensor want = Tensor::zeros(DType::kFloat32, bsd.seq_shape(c.Sq));
+  TensorView want_v = want.view();
+  Status st = attention::reference_attention(bsd.params(), views, std::span<const TensorView>(&want_v, 1));
+  ASSERT_TRUE(st.ok()) << st.message();
+  expect_close(got, swap01(want), c.str() + " output 0 against bsd");
+}
+
 void check_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   Inputs in = make_inputs(c, rng);
@@ -187,11 +211,12 @@ void check_case(const Case& c, uint32_t seed) {
   Status rs = attention::reference_attention(c.params(), in.views, want_v);
   ASSERT_TRUE(rs.ok()) << rs.message();
   for (int i = 0; i < n_out; ++i) expect_close(got[i], want[i], c.str() + " output " + std::to_string(i));
+  if (c.layout == Layout::kSBD) check_sbd_against_bsd(c, in, got[0]);
 
   // The explicit masks hide query row 0 from every key: it must be zeros, not NaN.
   if ((c.mask == MaskKind::kBool || c.mask == MaskKind::kAdditive) && c.mask_form != 3 && c.mask_block == 0 &&
       c.Sq > 0) {
-    const attention::RowStrides rs0 = attention::row_strides(c.layout, c.Sq, c.H, c.Dh);
+    const attention::RowStrides rs0 = attention::row_strides(c.layout, c.B, c.Sq, c.H, c.Dh);
     for (int64_t b = 0; b < c.B; ++b)
       for (int64_t h = 0; h < c.H; ++h)
         for (int64_t d = 0; d < c.Dh; ++d)
@@ -215,8 +240,9 @@ struct Dims {
 void sweep(const std::vector<Dims>& dims) {
   uint32_t seed = 1;
   for (const Dims& d : dims)
-    for (Layout layout : {Layout::kBSD, Layout::kBHSD})
+    for (Layout layout : {Layout::kBSD, Layout::kBHSD, Layout::kSBD})
       for (const MaskChoice& m : kMasks) {
+        if (layout == Layout::kSBD && d.cache) continue;  // sbd has no KV cache
         Case c;
         c.B = d.B, c.H = d.H, c.Dh = d.Dh, c.Sq = d.Sq, c.Sk_new = d.Sk_new, c.Sc = d.Sc, c.cache = d.cache;
         c.layout = layout;
@@ -283,7 +309,9 @@ TEST(AttentionKernel, MatchesReferenceWithoutCache) {
          {1, 6, 1, 5, 300, 0, false},
          {1, 1, 7, 40, 5, 0, false},  // more queries than keys: early rows see no key under causal
          {2, 3, 64, 274, 274, 0, false},
-         {1, 1, 64, 1, 1, 0, false}});
+         {1, 1, 64, 1, 1, 0, false},
+         {3, 2, 64, 197, 197, 0, false},  // ViT's token count over odd batches (sbd rows interleave)
+         {2, 12, 64, 1, 197, 0, false}});  // the narrowed last layer: the class token's query only
 }
 
 TEST(AttentionKernel, EmptyCacheAndEmptyQueries) {
@@ -497,8 +525,12 @@ TEST(AttentionPlugin, FieldErrorsNameTheField) {
   f["scale"] = Attribute::Float(kInf);
   expect_field_error(f, "'scale'");
   f = base_fields();
-  f["layout"] = Attribute::String("sbd");
+  f["layout"] = Attribute::String("sdb");
   expect_field_error(f, "'layout'");
+  f = base_fields();
+  f["layout"] = Attribute::String("sbd");
+  f["kv_cache"] = Attribute::Int(1);
+  expect_field_error(f, "'kv_cache'");
   f = base_fields();
   f["mask"] = Attribute::String("sliding");
   expect_field_error(f, "'mask'");
@@ -597,6 +629,16 @@ TEST(AttentionPlugin, InferShapes) {
   ASSERT_TRUE(b2->infer(in, out).ok());
   EXPECT_EQ(out[0].shape, (Shape{2, 2, 5, 4}));
   EXPECT_EQ(out[1].shape, (Shape{2, 2, 5, 4}));
+
+  AttrMap sbd = base_fields();
+  sbd["layout"] = Attribute::String("sbd");
+  auto b3 = build_plugin(sbd);
+  std::vector<TensorDesc> out1(1);
+  in = {f32({5, 3, 8}), f32({7, 3, 8}), f32({7, 3, 8})};
+  ASSERT_TRUE(b3->infer(in, out1).ok());
+  EXPECT_EQ(out1[0].shape, (Shape{5, 3, 8}));
+  EXPECT_GT(b3->workspace_bytes(in), 0u);
+  EXPECT_EQ(b3->fields()["layout"].s, "sbd");
 }
 
 TEST(AttentionPlugin, ShapeErrorsNameInputDimAndValues) {
@@ -615,6 +657,13 @@ TEST(AttentionPlugin, ShapeErrorsNameInputDimAndValues) {
   bhsd["layout"] = Attribute::String("bhsd");
   expect_shape_error(bhsd, {f32({1, 3, 5, 4}), f32({1, 3, 5, 4}), f32({1, 3, 5, 4})}, {"input 0", "dim 1 = 3", "num_heads = 2"});
   expect_shape_error(bhsd, {f32({1, 2, 5, 4}), f32({1, 2, 5, 3}), f32({1, 2, 5, 3})}, {"input 1", "dim 3 = 3", "expected 4"});
+
+  AttrMap sbd = base_fields();
+  sbd["layout"] = Attribute::String("sbd");
+  expect_shape_error(sbd, {f32({5, 2, 8}), f32({7, 3, 8}), f32({7, 3, 8})}, {"input 1", "dim 1 = 3", "expected 2"});
+  expect_shape_error(sbd, {f32({5, 2, 8}), f32({7, 2, 8}), f32({6, 2, 8})}, {"input 2", "dim 0 = 6", "expected 7"});
+  expect_shape_error(sbd, {f32({2, 5, 2, 8}), f32({7, 2, 8}), f32({7, 2, 8})}, {"input 0", "rank 3", "sbd"});
+  expect_shape_error(sbd, {f32({5, 2, 9}), f32({7, 2, 9}), f32({7, 2, 9})}, {"input 0", "dim 2 = 9", "num_heads = 2"});
 
   AttrMap cache = base_fields();
   cache["kv_cache"] = Attribute::Int(1);

@@ -136,6 +136,10 @@ TEST(FlopCount, AttentionWithoutMaskCountsAllKeys) {
   EXPECT_FALSE(f.upper_bound);
   const TensorView bhsd[3] = {desc({1, 2, 4, 3}), desc({1, 2, 4, 3}), desc({1, 2, 4, 3})};
   EXPECT_DOUBLE_EQ(step_flops(attention("bhsd", "none"), bhsd, out).flops, 2 * 12 * 16.0);
+  // sbd [S, B, D]: B 3, Sq 1 (a narrowed class token), Sk 5 -> 3 batches x 2 heads x 5 pairs.
+  const TensorView sbd[3] = {desc({1, 3, 6}), desc({5, 3, 6}), desc({5, 3, 6})};
+  const TensorView sbd_out[1] = {desc({1, 3, 6})};
+  EXPECT_DOUBLE_EQ(step_flops(attention("sbd", "none"), sbd, sbd_out).flops, 3 * 2 * 12 * 5.0);
 }
 
 TEST(FlopCount, AttentionCausalCountsVisibleKeys) {

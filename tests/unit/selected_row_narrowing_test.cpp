@@ -235,5 +235,152 @@ TEST(SelectedRowNarrowing, OffLeavesTheGraphWhole) {
   EXPECT_EQ(count_op(g, "Slice"), 0);
 }
 
+// ---- sequence-first attention (nn.MultiheadAttention, as torchvision's ViT exports it) ----------
+
+constexpr int64_t kB = 3, kH = 2;
+
+struct SeqFirstOptions {
+  std::string mask = "none";  // kiln::Attention mask: none or causal
+  int64_t index = 0;          // the token the Gather keeps
+  // The merge Reshape regroups [S, B·H, Dh] as [S·B·D / 9, 9] (and back): a token's B·D = 24
+  // elements are not whole rows of 9, so the unmerge Reshape and everything before it stay whole.
+  bool uneven_merge = false;
+};
+
+// x [B, S, D] -> Transpose [S, B, D] -> q/k/v -> kiln::Attention (sbd) -> Reshape [S, B·H, Dh]
+// -> Reshape [S·B, D] -> Gemm -> Reshape [S, B, D] -> Transpose [B, S, D] -> + x -> Gather(index,
+// axis 1) -> y [B, D]. Token i of the attention output is the block of B rows [i·B, (i+1)·B) of
+// the Gemm's input.
+OnnxModelBuilder seq_first_model(const SeqFirstOptions& o) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {kB, kS, kD});
+  uint32_t seed = 11;
+  for (const char* w : {"wq", "wk", "wv", "wo"}) b.initializer_f(w, random_values(kD * kD, seed++), {kD, kD});
+  b.initializer_f("bo", random_values(kD, seed++), {kD});
+  b.initializer("idx", {o.index}, {});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"x"}, {"xt"}, "to_sbd"), "perm", {1, 0, 2});
+  b.node("MatMul", {"xt", "wq"}, {"q"}, "q_proj");
+  b.node("MatMul", {"xt", "wk"}, {"k"}, "k_proj");
+  b.node("MatMul", {"xt", "wv"}, {"v"}, "v_proj");
+  auto& att = b.node("Attention", {"q", "k", "v"}, {"att"}, "attention");
+  att.set_domain("kiln");
+  OnnxModelBuilder::int_attr(att, "num_heads", kH);
+  float_attr(att, "scale", 0.5f);
+  string_attr(att, "layout", "sbd");
+  string_attr(att, "mask", o.mask);
+  const int64_t rows = o.uneven_merge ? kS * kB * kD / 9 : kS * kB, cols = o.uneven_merge ? 9 : kD;
+  b.initializer("heads_shape", {0, -1, kD / kH}, {3});
+  b.initializer("merge_shape", {rows, cols}, {2});
+  b.initializer("unmerge_shape", {kS, kB, kD}, {3});
+  b.node("Reshape", {"att", "heads_shape"}, {"att_heads"}, "split_heads");
+  b.node("Reshape", {"att_heads", "merge_shape"}, {"flat"}, "merge");
+  if (o.uneven_merge) {
+    b.node("Relu", {"flat"}, {"proj"}, "out_proj");  // row-wise, but its rows are not tokens
+  } else {
+    b.node("Gemm", {"flat", "wo", "bo"}, {"proj"}, "out_proj");
+  }
+  b.node("Reshape", {"proj", "unmerge_shape"}, {"o"}, "unmerge");
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"o"}, {"ob"}, "to_bsd"), "perm", {1, 0, 2});
+  b.node("Add", {"x", "ob"}, {"r"}, "residual");
+  OnnxModelBuilder::int_attr(b.node("Gather", {"r", "idx"}, {"y"}, "select"), "axis", 1);
+  b.output("y");
+  auto* kiln_opset = b.proto().add_opset_import();
+  kiln_opset->set_domain("kiln");
+  kiln_opset->set_version(1);
+  return b;
+}
+
+// Dim 0 of node `name`'s first output, or -1.
+int64_t dim0_of(const Graph& g, const std::string& name) {
+  const Node* n = node_named(g, name);
+  if (!n || n->outputs.empty()) return -1;
+  const Value& v = g.values[n->outputs[0]];
+  return v.shape && !v.shape->empty() && (*v.shape)[0].is_known() ? (*v.shape)[0].value : -1;
+}
+
+Graph seq_first_rewritten(const SeqFirstOptions& o, bool narrowing) {
+  PassContext ctx;
+  ctx.disabled.insert("matmul_epilogue_fusion");
+  if (!narrowing) ctx.disabled.insert("selected_row_narrowing");
+  auto g = seq_first_model(o).import();
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  if (!g.ok()) return Graph{};
+  EXPECT_TRUE(specialize_inputs(*g, {{"x", Shape{kB, kS, kD}}}).ok());
+  EXPECT_TRUE(run_pass_pipeline(*g, ctx).ok());
+  return std::move(*g);
+}
+
+std::vector<float> run_seq_first(const SeqFirstOptions& o, bool narrowing) {
+  auto g = seq_first_model(o).import();
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  if (!g.ok()) return {};
+  BuildOptions opts;
+  opts.input_shapes["x"] = Shape{kB, kS, kD};
+  if (!narrowing) opts.disabled_passes = {"selected_row_narrowing"};
+  auto plan = build_plan(*g, opts);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  if (!plan.ok()) return {};
+  auto ctx = ExecutionContext::create(*plan);
+  EXPECT_TRUE(ctx.ok());
+  Tensor x = Tensor::from_vector<float>(random_values(kB * kS * kD, 98), Shape{kB, kS, kD});
+  EXPECT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  Status st = (*ctx)->run();
+  EXPECT_TRUE(st.ok()) << st.message();
+  const TensorView& t = (*ctx)->output(0);
+  return std::vector<float>(t.as<float>(), t.as<float>() + t.numel());
+}
+
+void expect_seq_first_same_outputs(const SeqFirstOptions& o) {
+  const auto on = run_seq_first(o, true), off = run_seq_first(o, false);
+  ASSERT_EQ(on.size(), static_cast<size_t>(kB * kD));
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t j = 0; j < on.size(); ++j) EXPECT_NEAR(on[j], off[j], 1e-5) << "element " << j;
+}
+
+TEST(SelectedRowNarrowing, SequenceFirstTailNarrowsThroughMergedRows) {
+  for (int64_t index : {int64_t{0}, int64_t{3}, int64_t{-1}}) {
+    SeqFirstOptions o;
+    o.index = index;
+    Graph g = seq_first_rewritten(o, true);
+    // One token in [S, B, D] values, the block of its B rows in the [S·B, D] ones.
+    for (const char* n : {"q_proj", "attention", "split_heads", "unmerge"}) EXPECT_EQ(dim0_of(g, n), 1) << n << " index " << index;
+    for (const char* n : {"merge", "out_proj"}) EXPECT_EQ(dim0_of(g, n), kB) << n << " index " << index;
+    EXPECT_EQ(dim0_of(g, "k_proj"), kS);
+    EXPECT_EQ(dim0_of(g, "v_proj"), kS);
+    EXPECT_EQ(dim0_of(seq_first_rewritten(o, false), "out_proj"), kS * kB);
+    expect_seq_first_same_outputs(o);
+  }
+}
+
+TEST(SelectedRowNarrowing, SequenceFirstCausalNarrowsTheAttentionOnlyForTheLastToken) {
+  SeqFirstOptions last;
+  last.mask = "causal";
+  last.index = -1;
+  Graph g1 = seq_first_rewritten(last, true);
+  EXPECT_EQ(dim0_of(g1, "attention"), 1);
+  EXPECT_EQ(dim0_of(g1, "out_proj"), kB);
+  expect_seq_first_same_outputs(last);
+
+  SeqFirstOptions first = last;
+  first.index = 0;
+  Graph g2 = seq_first_rewritten(first, true);
+  EXPECT_EQ(dim0_of(g2, "attention"), kS);
+  EXPECT_EQ(dim0_of(g2, "out_proj"), kB);  // reads a block Slice of the merged attention output
+  expect_seq_first_same_outputs(first);
+}
+
+TEST(SelectedRowNarrowing, ReshapeWhoseRowsSplitInputRowsStopsNarrowing) {
+  SeqFirstOptions o;
+  o.uneven_merge = true;
+  o.index = 2;
+  Graph g = seq_first_rewritten(o, true);
+  EXPECT_EQ(dim0_of(g, "out_proj"), kS * kB * kD / 9);
+  EXPECT_EQ(dim0_of(g, "merge"), kS * kB * kD / 9);
+  EXPECT_EQ(dim0_of(g, "attention"), kS);
+  EXPECT_EQ(dim0_of(g, "unmerge"), kS);
+  EXPECT_EQ(dim0_of(g, "to_bsd"), kB);  // [B, 1, D]: the Transpose after the inserted Slice narrows
+  expect_seq_first_same_outputs(o);
+}
+
 }  // namespace
 }  // namespace kiln
