@@ -70,6 +70,21 @@ void Graph::compact() {
       if (o >= 0) values[o].producer = static_cast<int>(i);
 }
 
+std::vector<bool> Graph::live_nodes() const {
+  std::vector<bool> live(nodes.size(), false);
+  std::vector<bool> needed(values.size(), false);
+  for (int o : outputs) needed[o] = true;
+  for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i) {
+    const Node& n = nodes[i];
+    if (n.removed) continue;
+    for (int o : n.outputs) live[i] = live[i] || (o >= 0 && needed[o]);
+    if (live[i])
+      for (int v : n.inputs)
+        if (v >= 0) needed[v] = true;
+  }
+  return live;
+}
+
 std::vector<int> Graph::use_counts() const {
   std::vector<int> uses(values.size(), 0);
   for (const auto& n : nodes) {

@@ -75,6 +75,9 @@ class Graph {
   void compact();
   // Number of live uses of each value (node inputs + graph outputs).
   std::vector<int> use_counts() const;
+  // Per node: whether some graph output depends on it. Folded shape arithmetic leaves dead readers
+  // of a value until dead_node_elimination runs; passes that need a value's real readers skip them.
+  std::vector<bool> live_nodes() const;
   // Replaces every use of value `from` by value `to` (node inputs and graph outputs).
   void replace_uses(int from, int to);
   std::string describe_node(const Node& n) const;  // "node 'name' (OpType)"

@@ -50,23 +50,6 @@ Tensor columns(const Tensor& t, int64_t begin, int64_t end) {
   return r;
 }
 
-// Nodes some graph output depends on (folded shape arithmetic can still read a value until
-// dead_node_elimination runs; such readers must not count).
-std::vector<bool> live_nodes(const Graph& g) {
-  std::vector<bool> live(g.nodes.size(), false);
-  std::vector<bool> needed(g.values.size(), false);
-  for (int o : g.outputs) needed[o] = true;
-  for (int i = static_cast<int>(g.nodes.size()) - 1; i >= 0; --i) {
-    const Node& n = g.nodes[i];
-    if (n.removed) continue;
-    for (int o : n.outputs) live[i] = live[i] || (o >= 0 && needed[o]);
-    if (live[i])
-      for (int v : n.inputs)
-        if (v >= 0) needed[v] = true;
-  }
-  return live;
-}
-
 struct Site {
   int matmul = -1, bias_add = -1;  // node indices (bias_add -1: no bias)
   int bias = -1;                   // the bias constant [N]
@@ -76,7 +59,7 @@ struct Site {
 }  // namespace
 
 Status packed_projection_split(Graph& g, PassContext& ctx) {
-  const std::vector<bool> live = live_nodes(g);
+  const std::vector<bool> live = g.live_nodes();
   std::vector<std::vector<int>> readers(g.values.size());
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (live[i])

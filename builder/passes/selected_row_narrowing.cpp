@@ -127,7 +127,7 @@ bool is_last_block(int64_t index, int64_t block, const Dim& d) {
 class Narrowing {
  public:
   Narrowing(Graph& g, const Selection& sel, const DimRanges& ranges) : g_(g), sel_(sel), ranges_(ranges) {
-    live_ = live_nodes();
+    live_ = g.live_nodes();
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (!live_[i]) continue;
       for (size_t s = 0; s < g.nodes[i].inputs.size(); ++s)
@@ -210,23 +210,6 @@ class Narrowing {
     int node;
     size_t slot;
   };
-
-  // A node is live when a graph output depends on it (folded shape arithmetic leaves dead readers
-  // until dead_node_elimination runs; they must not count as readers).
-  std::vector<bool> live_nodes() const {
-    std::vector<bool> live(g_.nodes.size(), false);
-    std::set<int> needed(g_.outputs.begin(), g_.outputs.end());
-    for (int i = static_cast<int>(g_.nodes.size()) - 1; i >= 0; --i) {
-      const Node& n = g_.nodes[i];
-      if (n.removed) continue;
-      for (int o : n.outputs)
-        if (needed.count(o)) live[i] = true;
-      if (live[i])
-        for (int v : n.inputs)
-          if (v >= 0) needed.insert(v);
-    }
-    return live;
-  }
 
   // The rows all readers of `v` need it narrowed to, or nullopt when some reader needs it whole.
   std::optional<Rows> demanded_rows(int v) const {
