@@ -126,7 +126,8 @@ bool is_last_block(int64_t index, int64_t block, const Dim& d) {
 
 class Narrowing {
  public:
-  Narrowing(Graph& g, const Selection& sel, const DimRanges& ranges) : g_(g), sel_(sel), ranges_(ranges) {
+  Narrowing(Graph& g, const Selection& sel, const DimRanges& ranges)
+      : g_(g), sel_(sel), ranges_(ranges), gather_name_(g.nodes[sel.gather_node].name) {
     live_ = g.live_nodes();
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (!live_[i]) continue;
@@ -202,8 +203,6 @@ class Narrowing {
                       "' compute only row " + std::to_string(sel_.index) + " of axis " + std::to_string(sel_.axis) + " (" +
                       std::to_string(slices.size()) + " row slices inserted)");
   }
-
-  void remember_gather_name() { gather_name_ = g_.nodes[sel_.gather_node].name; }
 
  private:
   struct Reader {
@@ -469,7 +468,6 @@ Status selected_row_narrowing(Graph& g, PassContext& ctx) {
       if (!sel) continue;
       done.insert(n.outputs[0]);
       Narrowing narrowing(g, *sel, ctx.dim_ranges);
-      narrowing.remember_gather_name();
       if (narrowing.plan() == 0) continue;
       narrowing.rewrite(ctx);
       changed = true;
