@@ -103,6 +103,23 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
       {"fp32", [&] { return attention::run_attention(p, g, iv, ov, ws.data(), slots); }},
   };
   variants.push_back({"fp32 mask", [&] { return attention::run_attention(pm, gm, mv, ov, ws.data(), slots); }});
+  // "cold": every call reads and writes its own copy of the inputs and outputs, one of kCopies,
+  // as each layer of a model does (its cache was last touched a whole run earlier).
+  constexpr int kCopies = 12;
+  std::vector<std::vector<Tensor>> cold_in(kCopies), cold_out(kCopies);
+  std::vector<std::vector<TensorView>> cold_iv(kCopies), cold_ov(kCopies);
+  for (int c = 0; c < kCopies; ++c) {
+    for (const Tensor& t : in) cold_in[c].push_back(t.empty() ? Tensor() : Tensor::copy_of(t.view()));
+    for (const Tensor& t : out) cold_out[c].push_back(Tensor::copy_of(t.view()));
+    for (const Tensor& t : cold_in[c]) cold_iv[c].push_back(t.view());
+    for (const Tensor& t : cold_out[c]) cold_ov[c].push_back(t.view());
+    cold_iv[c][attention::kMask] = mask.view();
+  }
+  int cold_next = 0;
+  variants.push_back({"fp32 cold", [&] {
+                        const int c = cold_next++ % kCopies;
+                        return attention::run_attention(pm, gm, cold_iv[c], cold_ov[c], ws.data(), slots);
+                      }});
   if (attention::bf16_supported()) {
     variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
     variants.push_back({"bf16 mask", [&] { return attention::run_attention(pmb, gm, mv, ov, ws.data(), slots); }});

@@ -266,7 +266,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   if (in.has_streaming) in.streaming = streaming_spec(cfg);
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that, plus
   // what the chosen kernels need (a Winograd convolution picked by tactics needs AVX-512).
-  in.required_cpu_features = kCpuAvx2 | kCpuFma | (bf16 ? kCpuAvx512Bf16 : 0) | kernel_cpu_features(plans);
+  in.required_cpu_features = kCpuAvx2 | kCpuFma | (bf16 ? uint64_t{kCpuAvx512Bf16} : uint64_t{0}) | kernel_cpu_features(plans);
   auto tw = std::chrono::steady_clock::now();
   KILN_RETURN_IF_ERROR(write_engine_file(cfg.output, in, &result.engine_bytes));
   result.engine_path = cfg.output;

@@ -235,7 +235,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       key += dtype_name(d.dtype) + d.shape.str() + ";";
     }
     key += "|" + attrs_key(step.attrs) + machine;
-    TacticDecision dec{step.name, step.op_type, "", false, {}};
+    TacticDecision dec{step.name, step.op_type, "", false, {}, {}};
     if (const std::string* hit = cache.find(key); hit && std::any_of(impls.begin(), impls.end(), [&](auto* e) { return e->impl == *hit; })) {
       dec.chosen = *hit;
       dec.from_cache = true;
@@ -264,7 +264,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       // transformer run that way would cost seconds for nothing measurable.
       if (second && best > 0 && second->ms < kContestedRatio * best && best >= kContestedMinShare * run_ms) {
         contested_index[key] = contested.size();
-        contested.push_back({{s}, dec.chosen, second->impl});
+        contested.push_back({{s}, dec.chosen, second->impl, 0, 0, ""});
         contested_keys.push_back(key);
       }
     }

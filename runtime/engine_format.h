@@ -8,12 +8,12 @@
 //   12      4     header_bytes (128)
 //   16      32    producer, NUL-padded ("kiln 0.1.0")
 //   48      8     required_cpu_features (bitmask of CpuFeature)
-//   56      8     metadata_offset   \
-//   64      8     metadata_size      } metadata section: an EngineMeta protobuf (runtime/engine.proto)
-//   72      8     metadata_checksum /
-//   80      8     weights_offset    \
-//   88      8     weights_size       } weights section: one blob, offset a multiple of 64, each weight
-//   96      8     weights_checksum  /  inside it 64-byte aligned; the loader mmaps it (no copy)
+//   56      8     metadata_offset   |
+//   64      8     metadata_size     | metadata section: an EngineMeta protobuf (runtime/engine.proto)
+//   72      8     metadata_checksum |
+//   80      8     weights_offset    |
+//   88      8     weights_size      | weights section: one blob, offset a multiple of 64, each weight
+//   96      8     weights_checksum  |  inside it 64-byte aligned; the loader mmaps it (no copy)
 //   104     8     file_size
 //   112     8     header_checksum (over bytes 0..111)
 //   120     8     reserved (0)

@@ -224,15 +224,23 @@ TEST(Bf16Engine, RoundTripKeepsBf16KernelsAndStaysCloseToFp32) {
   EXPECT_FALSE((*e32)->info().required_cpu_features & kCpuAvx512Bf16);
   int bf16_steps = 0;
   for (const auto& s : (*e16)->plan(0)->steps) {
-    if (s.op_type == "FusedMatMul") EXPECT_EQ(s.impl, "onednn_bf16") << s.name;
+    if (s.op_type == "FusedMatMul") {
+      EXPECT_EQ(s.impl, "onednn_bf16") << s.name;
+    }
     bf16_steps += s.impl == "onednn_bf16";
   }
   EXPECT_EQ(bf16_steps, 2);
   // The plugin declares a precision field: bf16 is set, and configure() saw it.
-  for (const auto& s : (*e16)->plan(0)->steps)
-    if (s.op_type == "Copy") EXPECT_EQ(s.attrs.at("precision").s, "bf16");
-  for (const auto& s : (*e32)->plan(0)->steps)
-    if (s.op_type == "Copy") EXPECT_EQ(s.attrs.at("precision").s, "fp32");
+  for (const auto& s : (*e16)->plan(0)->steps) {
+    if (s.op_type == "Copy") {
+      EXPECT_EQ(s.attrs.at("precision").s, "bf16");
+    }
+  }
+  for (const auto& s : (*e32)->plan(0)->steps) {
+    if (s.op_type == "Copy") {
+      EXPECT_EQ(s.attrs.at("precision").s, "fp32");
+    }
+  }
   EXPECT_EQ(configured_precision, "bf16");
   for (const auto& s : (*e32)->plan(0)->steps) EXPECT_NE(s.impl, "onednn_bf16") << s.name;
   const Tensor x = random_f32(Shape{13, 40}, 7);

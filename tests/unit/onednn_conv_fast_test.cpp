@@ -488,8 +488,11 @@ TEST(ConvEpilogueFusion, RewritesConvAddReluChains) {
                                                                 {"twice/Conv", {"nchw", "nchw", "nchw"}}};
   for (const auto& [name, layouts] : want)
     for (int i = 0; i < 3; ++i) EXPECT_EQ(layout(name, kAttrs[i]), layouts[i]) << name << " " << kAttrs[i];
-  for (const auto& n : g->nodes)
-    if (n.op_type == "MaxPool") EXPECT_EQ(n.attrs.at("layout").s, "nhwc");
+  for (const auto& n : g->nodes) {
+    if (n.op_type == "MaxPool") {
+      EXPECT_EQ(n.attrs.at("layout").s, "nhwc");
+    }
+  }
   const Value& r1 = g->values[fused_nodes.at("block/conv1")->outputs[0]];
   ASSERT_TRUE(r1.shape.has_value());
   EXPECT_EQ(sym_shape_str(*r1.shape), sym_shape_str(from_shape(Shape{2, 11, 9, 6})));

@@ -91,7 +91,9 @@ TEST_F(Tactics, TimesCandidatesRecordsChoicesAndRebuildsIdenticallyFromTheCache)
   for (const auto& step : (*engine)->plan(0)->steps)
     if (step.op_type == "MatMul")
       for (const auto& d : decisions)
-        if (d.node == step.name) EXPECT_EQ(step.impl, d.chosen) << step.name;
+        if (d.node == step.name) {
+          EXPECT_EQ(step.impl, d.chosen) << step.name;
+        }
 
   auto second = build("b.engine");
   ASSERT_TRUE(second.ok()) << second.status().message();
@@ -174,7 +176,10 @@ TEST_F(Tactics, WinogradIsTimedWhereItRunsKeyedIntoTheCacheAndRequiresAvx512) {
   // A close isolated call is decided again inside whole runs; with one contested step (c1), the
   // choice follows its in-context times.
   for (const auto& d : log->at("p"))
-    if (d.in_context.size() == 2) EXPECT_EQ(d.chosen, d.in_context[0].ms <= d.in_context[1].ms ? d.in_context[0].impl : d.in_context[1].impl) << d.node;
+    if (d.in_context.size() == 2) {
+      EXPECT_EQ(d.chosen, d.in_context[0].ms <= d.in_context[1].ms ? d.in_context[0].impl : d.in_context[1].impl)
+          << d.node;
+    }
   // The cache holds the final choices: a rebuild from it times nothing and is byte-identical.
   auto cached = build("w_again.engine", "conv.onnx", "{min: 1, opt: 2, max: 2}");
   ASSERT_TRUE(cached.ok()) << cached.status().message();
