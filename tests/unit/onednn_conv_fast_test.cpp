@@ -1,7 +1,8 @@
 // FusedConv (act(Conv + residual) on one oneDNN convolution with prepacked weights, NCHW or NHWC
-// activations) against the unfused reference (reference Conv, Add and Relu kernels), MaxPool's
-// vectorized kernel against the reference pool, both at awkward shapes; and conv_epilogue_fusion
-// and conv_channels_last asserted on the rewritten graph and run with the passes on and off.
+// activations) against the unfused reference (reference Conv, Add and Relu kernels), MaxPool's and
+// GlobalAveragePool's vectorized kernels against the reference pools, all at awkward shapes; and
+// conv_epilogue_fusion and conv_channels_last asserted on the rewritten graph and run with the
+// passes on and off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -261,7 +262,7 @@ TEST(FusedConv, ChannelsLastLayoutsMatchTheNchwReference) {
   EXPECT_NE(st.message().find("nhwc"), std::string::npos) << st.message();
 }
 
-// ---- MaxPool ------------------------------------------------------------------------------------
+// ---- MaxPool, GlobalAveragePool ---------------------------------------------------------------------
 
 TEST(VectorizedMaxPool, MatchesReferenceAtAwkwardShapes) {
   struct PoolCase {
@@ -294,6 +295,32 @@ TEST(VectorizedMaxPool, MatchesReferenceAtAwkwardShapes) {
     ASSERT_TRUE(want.ok()) << want.status().message();
     expect_close((*got)[0], (*want)[0], 0, 0, c.x.str());
   }
+}
+
+TEST(VectorizedGlobalAveragePool, MatchesReferenceAtAwkwardShapes) {
+  // Planes smaller than, equal to and not a multiple of the 16 partial sums; 1-D and 3-D; zero batch;
+  // ResNet-18's head; one large plane (parallel over planes only past 65536 elements).
+  const Shape shapes[] = {Shape{1, 512, 7, 7}, Shape{2, 3, 1, 1},   Shape{3, 5, 4, 4},   Shape{2, 7, 17},
+                          Shape{1, 2, 3, 5, 7}, Shape{0, 3, 8, 8}, Shape{2, 64, 33, 31}, Shape{1, 1, 300, 301}};
+  uint32_t seed = 90;
+  for (const Shape& s : shapes) {
+    const Tensor x = random_f32(s, seed++);
+    auto k = make("GlobalAveragePool", {}, 1, "vectorized");
+    ASSERT_TRUE(k);
+    const TensorView xv = x.view();
+    auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_STREQ(k->impl_name(), "vectorized") << s.str();
+    auto want = run_op_once("GlobalAveragePool", {}, {x}, 1, "reference");
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    expect_close((*got)[0], (*want)[0], 1e-6, 1e-6, s.str());
+  }
+  // float64 runs on the reference.
+  auto k = make("GlobalAveragePool", {}, 1, "vectorized");
+  const Tensor x64 = Tensor::zeros(DType::kFloat64, Shape{1, 2, 3, 3});
+  const TensorView xv = x64.view();
+  ASSERT_TRUE(run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1).ok());
+  EXPECT_STREQ(k->impl_name(), "reference");
 }
 
 TEST(VectorizedMaxPool, IndicesDilationAndFloat64RunOnTheReference) {
