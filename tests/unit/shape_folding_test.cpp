@@ -160,7 +160,8 @@ TEST(ShapeFolding, ElementsDoNotPassACastToFloat) {
 //   (Shape(proj)[-1] + 2) / 3 · {1, 2, 3} -> Relu(q) -> Reshape [S·batch, D] -> Gemm -> Reshape
 //   [S, batch, D] -> Transpose -> + x -> Gather(class token, axis 1) -> y [batch, D]
 // with both Reshape targets computed from Shape of the value they reshape.
-Graph vit_like_model() {
+// `flat_is_output`: the merged [S·batch, D] value is also a graph output, so it stays whole.
+Graph vit_like_model(bool flat_is_output = false) {
   OnnxModelBuilder b;
   b.input("x", DType::kFloat32, {std::string("batch"), kS, kD});
   b.initializer_f("w_in", values(kD * 3 * kD, 1.0f), {kD, 3 * kD});
@@ -207,6 +208,7 @@ Graph vit_like_model() {
   b.node("Add", {"x", "ob"}, {"r"}, "residual");
   OnnxModelBuilder::int_attr(b.node("Gather", {"r", "i0"}, {"y"}, "class_token"), "axis", 1);
   b.output("y").output("kv");
+  if (flat_is_output) b.output("flat");
   auto g = b.import();
   EXPECT_TRUE(g.ok()) << g.status().message();
   return std::move(g).value();
@@ -218,12 +220,25 @@ std::string dim0(const Graph& g, const std::string& name) {
   return v && v->shape && !v->shape->empty() ? (*v->shape)[0].str() : "?";
 }
 
-TEST(ShapeFolding, RangedVitLikeBlockSplitsThePackedProjection) {
+TEST(ShapeFolding, RangedVitLikeBlockSplitsThePackedProjectionAndNarrows) {
   Graph g = vit_like_model();
-  run_ranged(g, {"matmul_epilogue_fusion"});
+  PassContext ctx = run_ranged(g, {"matmul_epilogue_fusion"});
   // packed_projection_split: one MatMul per Slice, no Slice of the product left.
   EXPECT_EQ(live_ops(g, "MatMul"), 3);
   for (const char* s : {"q_slice", "k_slice", "v_slice"}) EXPECT_EQ(node_named(g, s), nullptr) << s;
+  // selected_row_narrowing: token 0 only up to the merge, the block of its batch rows between the
+  // Reshapes (a symbolic block: their targets get -1 there), whole k and v.
+  EXPECT_EQ(dim0(g, "q"), "1");
+  EXPECT_EQ(dim0(g, "att"), "1");
+  EXPECT_EQ(dim0(g, "flat"), "batch");
+  EXPECT_EQ(dim0(g, "o_flat"), "batch");
+  EXPECT_EQ(dim0(g, "o"), "1");
+  EXPECT_EQ(dim0(g, "k"), std::to_string(kS));
+  EXPECT_EQ(dim0(g, "v"), std::to_string(kS));
+  bool logged = false;
+  for (const auto& l : ctx.log) logged |= l.find("selected_row_narrowing:") != std::string::npos;
+  EXPECT_TRUE(logged);
+
   // Same outputs with the rewrites off, at both batches of the profile.
   for (int64_t batch : {int64_t{1}, int64_t{2}}) {
     Shape on_shape, off_shape;
@@ -231,6 +246,27 @@ TEST(ShapeFolding, RangedVitLikeBlockSplitsThePackedProjection) {
     const auto off = run_plan(vit_like_model(), batch, {"packed_projection_split", "selected_row_narrowing"}, &off_shape);
     EXPECT_EQ(on_shape, (Shape{batch, kD}));
     EXPECT_EQ(on_shape, off_shape);
+    ASSERT_EQ(on.size(), off.size());
+    for (size_t i = 0; i < on.size(); ++i) EXPECT_NEAR(on[i], off[i], 1e-5) << "element " << i << " batch " << batch;
+  }
+}
+
+TEST(ShapeFolding, ASymbolicBlockThatWouldNeedASliceIsNotNarrowed) {
+  // The Gemm could take the class token's block of batch rows only by slicing the whole merged
+  // value, whose bounds (0, batch) are not constants: narrowing stops after the unmerge Reshape.
+  Graph g = vit_like_model(/*flat_is_output=*/true);
+  run_ranged(g, {"matmul_epilogue_fusion"});
+  EXPECT_EQ(dim0(g, "o_flat"), "(5*batch)");
+  EXPECT_EQ(dim0(g, "o"), std::to_string(kS));
+  EXPECT_EQ(dim0(g, "att"), std::to_string(kS));
+  const Value* ob = value_named(g, "ob");
+  ASSERT_TRUE(ob && ob->shape && ob->shape->size() == 3);
+  EXPECT_EQ((*ob->shape)[1].str(), "1");  // [batch, 1, D]: the tail after the inserted Slice narrows
+  for (int64_t batch : {int64_t{1}, int64_t{2}}) {
+    Shape on_shape, off_shape;
+    const auto on = run_plan(vit_like_model(true), batch, {}, &on_shape);
+    const auto off = run_plan(vit_like_model(true), batch, {"selected_row_narrowing"}, &off_shape);
+    EXPECT_EQ(on_shape, (Shape{batch, kD}));
     ASSERT_EQ(on.size(), off.size());
     for (size_t i = 0; i < on.size(); ++i) EXPECT_NEAR(on[i], off[i], 1e-5) << "element " << i << " batch " << batch;
   }
