@@ -9,27 +9,53 @@ namespace {
 const std::set<std::string> kNondeterministic = {"RandomNormal", "RandomNormalLike", "RandomUniform",
                                                  "RandomUniformLike", "Bernoulli", "Multinomial"};
 
-// Shape/Size of a value whose shape is fully known becomes a constant even though the value itself
-// is computed at run time: this is what collapses exporter shape subgraphs.
-bool fold_shape_query(Graph& g, Node& n) {
-  if (n.op_type != "Shape" && n.op_type != "Size") return false;
-  if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1) return false;
+// A small integer value whose elements shape inference knows (Value::sym_value) becomes a
+// constant even though it is computed at run time from values that are not: Shape of a value whose
+// shape is fully known, and, under a profile with a ranged dim (a batch of 1 to 2), the
+// Shape -> Gather/Slice -> arithmetic chains that read only static dims of a value that also has a
+// symbolic one (MHA's packed-projection Slice bounds come from Shape(x)[-1] = E). Elements that
+// depend on a symbolic dim stay symbolic, so those nodes still run at run time.
+bool fold_known_elements(Graph& g, Node& n) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0) return false;
   Value& out = g.values[n.outputs[0]];
-  if (n.op_type == "Shape") {
-    if (!out.sym_value) return false;
-    std::vector<int64_t> dims;
-    for (const auto& d : *out.sym_value) {
-      if (!d.is_known()) return false;
-      dims.push_back(d.value);
-    }
-    out.constant = Tensor::from_vector<int64_t>(dims, Shape{static_cast<int64_t>(dims.size())});
-  } else {
-    const Value& x = g.values[n.inputs[0]];
-    if (!x.shape || !sym_shape_concrete(*x.shape)) return false;
-    out.constant = Tensor::scalar_i64(to_shape(*x.shape).numel());
+  if (!out.sym_value || !out.shape || out.shape->size() > 1) return false;
+  // sym_value holds elements as dims, so only integer values are read from it (Cast keeps it only
+  // for integer targets).
+  if (out.dtype != DType::kInt64 && out.dtype != DType::kInt32) return false;
+  const size_t count = out.sym_value->size();
+  const bool scalar = out.shape->empty();
+  if (scalar ? count != 1 : !((*out.shape)[0].is_known() && static_cast<size_t>((*out.shape)[0].value) == count))
+    return false;
+  std::vector<int64_t> elems;
+  for (const auto& d : *out.sym_value) {
+    if (!d.is_known()) return false;
+    elems.push_back(d.value);
   }
+  const Shape shape = scalar ? Shape{} : Shape{static_cast<int64_t>(count)};
+  if (out.dtype == DType::kInt64) {
+    out.constant = Tensor::from_vector<int64_t>(elems, shape);
+  } else {
+    std::vector<int32_t> narrow;
+    for (int64_t e : elems) {
+      if (e > INT32_MAX) return false;
+      narrow.push_back(static_cast<int32_t>(e));
+    }
+    out.constant = Tensor::from_vector<int32_t>(narrow, shape);
+  }
+  out.producer = -1;
+  return true;
+}
+
+// Size of a value whose shape is fully known.
+bool fold_size(Graph& g, Node& n) {
+  if (n.op_type != "Size" || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1) return false;
+  Value& out = g.values[n.outputs[0]];
+  const Value& x = g.values[n.inputs[0]];
+  if (!x.shape || !sym_shape_concrete(*x.shape)) return false;
+  out.constant = Tensor::scalar_i64(to_shape(*x.shape).numel());
   out.dtype = DType::kInt64;
   out.shape = from_shape(out.constant.shape());
+  out.producer = -1;
   return true;
 }
 }  // namespace
@@ -38,7 +64,7 @@ Status constant_folding(Graph& g, PassContext& ctx) {
   for (auto& n : g.nodes) {
     if (n.removed) continue;
     infer_node(g, n, ctx.dim_ranges);
-    if (fold_shape_query(g, n)) {
+    if (fold_size(g, n) || fold_known_elements(g, n)) {
       n.removed = true;
       ctx.log.push_back("constant_folding: folded " + g.describe_node(n));
       continue;

@@ -11,8 +11,9 @@ const std::vector<Pass>& pass_pipeline() {
       {"shape_inference", "propagate dtypes and (symbolic) shapes so folding and fusions can reason about them",
        shape_inference},
       {"constant_folding",
-       "evaluate nodes whose inputs are constant, and Shape/Size of values whose shape is known, so the "
-       "Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
+       "evaluate nodes whose inputs are constant, Size of values whose shape is known, and shape arithmetic "
+       "whose elements shape inference knows (Shape of a known shape, or the static dims of one with a ranged "
+       "batch), so the Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
        constant_folding},
       {"packed_projection_split",
        "give each Slice of a packed projection's product (nn.MultiheadAttention's x.W[E,3E] -> q, k, v) its own "

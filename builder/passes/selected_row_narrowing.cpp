@@ -47,17 +47,19 @@ struct Selection {
 // Which rows of a value a narrowed node needs: along `axis`, rows [index·block, (index+1)·block)
 // for the selection's index (the last `block` rows for index -1). block is 1 except behind a
 // Reshape that merges the row axis with the dims after it (ViT's [S, B, E] -> [S·B, E] around
-// its output projection keeps, for the class token, the block of B rows of token 0).
+// its output projection keeps, for the class token, the block of B rows of token 0). Under a
+// profile with a ranged batch that block is the batch symbol: values between two such Reshapes
+// have a symbolic block, which the Reshapes' targets express as -1 (no Slice can take it).
 struct Rows {
   int axis = 0;
-  int64_t block = 1;
+  Dim block = Dim::known(1);
   bool operator==(const Rows&) const = default;
 };
 
 struct Demand {
   size_t slot;         // input position
   int axis;            // row axis of that input
-  int64_t block = 1;   // rows per selected block of that input (Rows)
+  Dim block = Dim::known(1);  // rows per selected block of that input (Rows)
 };
 
 const SymShape* shape_of(const Graph& g, int v) { return v >= 0 && g.values[v].shape ? &*g.values[v].shape : nullptr; }
@@ -120,8 +122,8 @@ std::optional<Selection> selection_of(const Graph& g, const Node& n, int idx, co
 }
 
 // Whether block `index` (of `block` rows) along an axis of dim `d` ends at its last row.
-bool is_last_block(int64_t index, int64_t block, const Dim& d) {
-  return index == -1 || (d.is_known() && (index + 1) * block == d.value);
+bool is_last_block(int64_t index, const Dim& block, const Dim& d) {
+  return index == -1 || (d.is_known() && block.is_known() && (index + 1) * block.value == d.value);
 }
 
 class Narrowing {
@@ -138,8 +140,20 @@ class Narrowing {
   }
 
   // Decides which nodes compute only the selected row (walking from the selection back to the
-  // graph's inputs); returns how many.
+  // graph's inputs); returns how many. A symbolic block cannot be sliced out of a whole value (its
+  // bounds would be run-time values): when the first plan needs that, the plan is made again with
+  // Reshapes that would create a symbolic block left whole.
   int plan() {
+    plan_once();
+    if (!needs_symbolic_slice()) return planned();
+    narrowed_.clear();
+    value_rows_.clear();
+    symbolic_blocks_ = false;
+    plan_once();
+    return planned();
+  }
+
+  void plan_once() {
     for (int i = sel_.gather_node - 1; i >= 0; --i) {
       if (!live_[i]) continue;
       const Node& n = g_.nodes[i];
@@ -159,14 +173,23 @@ class Narrowing {
       narrowed_[i] = std::move(*demands);
       for (size_t o : outs) value_rows_[n.outputs[o]] = *rows;
     }
-    // Demand starts at the selected value: without its producer nothing else is narrowed.
-    return value_rows_.count(sel_.source) ? static_cast<int>(narrowed_.size()) : 0;
+  }
+
+  // Demand starts at the selected value: without its producer nothing else is narrowed.
+  int planned() const { return value_rows_.count(sel_.source) ? static_cast<int>(narrowed_.size()) : 0; }
+
+  // Whether a narrowed node reads a symbolic block of a value that is not narrowed.
+  bool needs_symbolic_slice() const {
+    for (const auto& [i, demands] : narrowed_)
+      for (const Demand& d : demands)
+        if (!d.block.is_known() && !value_rows_.count(g_.nodes[i].inputs[d.slot])) return true;
+    return false;
   }
 
   // Rewrites the graph: one-row Slices where narrowed nodes read full values, new shapes for the
   // narrowed values, and the selection reading row 0 of its (now one-row) source.
   void rewrite(PassContext& ctx) {
-    std::map<std::tuple<int, int, int64_t>, int> slices;  // (value, axis, block) -> its Slice
+    std::map<std::tuple<int, int, int64_t>, int> slices;  // (value, axis, block) -> its Slice (known blocks only)
     std::vector<Node> order;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       auto it = narrowed_.find(static_cast<int>(i));
@@ -174,7 +197,7 @@ class Narrowing {
         for (const Demand& d : it->second) {
           const int u = g_.nodes[i].inputs[d.slot];
           if (value_rows_.count(u)) continue;  // produced by a narrowed node
-          auto key = std::make_tuple(u, d.axis, d.block);
+          auto key = std::make_tuple(u, d.axis, d.block.value);
           if (!slices.count(key)) {
             auto [node, out] = row_slice(u, Rows{d.axis, d.block});
             order.push_back(std::move(node));
@@ -183,11 +206,15 @@ class Narrowing {
           g_.nodes[i].inputs[d.slot] = slices[key];
         }
       }
-      if (it != narrowed_.end() && g_.nodes[i].op_type == "Reshape") narrow_reshape_target(g_.nodes[i]);
+      if (it != narrowed_.end() && g_.nodes[i].op_type == "Reshape") {
+        const Rows rows = value_rows_.at(g_.nodes[i].outputs[0]);
+        Tensor target = *narrowed_target(g_.nodes[i], rows);  // checked by reshape_demands
+        g_.nodes[i].inputs[1] = g_.add_constant(g_.unique_name(g_.nodes[i].name + "/row_target"), std::move(target));
+      }
       order.push_back(std::move(g_.nodes[i]));
     }
     g_.nodes = std::move(order);
-    for (const auto& [v, rows] : value_rows_) (*g_.values[v].shape)[rows.axis] = Dim::known(rows.block);
+    for (const auto& [v, rows] : value_rows_) (*g_.values[v].shape)[rows.axis] = rows.block;
     (*g_.values[sel_.source].shape)[sel_.axis] = Dim::known(1);
     // The selection now takes row 0 of a one-row value.
     for (Node& n : g_.nodes)
@@ -217,7 +244,7 @@ class Narrowing {
     if (it == readers_.end() || it->second.empty()) return std::nullopt;
     std::optional<Rows> rows;
     for (const Reader& r : it->second) {
-      Rows a{-1, 1};
+      Rows a{-1, Dim::known(1)};
       if (r.node == sel_.gather_node && v == sel_.source && r.slot == 0) {
         a.axis = sel_.axis;
       } else if (auto n = narrowed_.find(r.node); n != narrowed_.end()) {
@@ -352,35 +379,57 @@ class Narrowing {
   // gets the block at the row axis (a positive target dim there would not match the narrowed input).
   std::optional<std::vector<Demand>> reshape_demands(const Node& n, const Rows& rows) const {
     const int axis = rows.axis;
-    if (n.inputs.size() != 2 || n.inputs[1] < 0 || !g_.values[n.inputs[1]].is_constant()) return std::nullopt;
+    if (n.inputs.size() != 2 || n.inputs[1] < 0) return std::nullopt;
     const SymShape* xs = shape_of(g_, n.inputs[0]);
     const SymShape* ys = shape_of(g_, n.outputs[0]);
     if (!xs || !ys || static_cast<int>(xs->size()) <= axis || static_cast<int>(ys->size()) <= axis) return std::nullopt;
     for (int d = 0; d < axis; ++d)
       if (!((*xs)[d] == (*ys)[d]) || (!(*xs)[d].is_known() && !(*xs)[d].is_symbol())) return std::nullopt;
-    auto tail = [&](const SymShape& s) -> std::optional<int64_t> {  // product of the dims after the axis
-      int64_t p = 1;
-      for (size_t d = axis + 1; d < s.size(); ++d) {
-        if (!s[d].is_known()) return std::nullopt;
-        p *= s[d].value;
-      }
-      return p;
-    };
-    int64_t block = rows.block;
+    Dim block = rows.block;
     const bool same_tail = std::equal(xs->begin() + axis + 1, xs->end(), ys->begin() + axis + 1, ys->end());
     if (same_tail) {
       // Row i of the output is row i of the input only when the axis itself is the same dim.
       if (!((*xs)[axis] == (*ys)[axis]) || (!(*xs)[axis].is_known() && !(*xs)[axis].is_symbol())) return std::nullopt;
     } else {
-      const auto tx = tail(*xs), ty = tail(*ys);
-      if (!tx || !ty || *tx <= 0 || *ty <= 0 || (rows.block * *ty) % *tx != 0) return std::nullopt;
-      block = rows.block * *ty / *tx;
+      // b' = b·T_out / T_in, with symbolic dims in the tails (a batch) as factors: [S·B, E] ->
+      // [S, B, E] takes B input rows per output row.
+      auto b = dim_product_ratio(rows.block, SymShape(ys->begin() + axis + 1, ys->end()),
+                                 SymShape(xs->begin() + axis + 1, xs->end()));
+      if (!b || (!b->is_known() && !symbolic_blocks_) || (b->is_known() && b->value <= 0)) return std::nullopt;
+      block = *b;
     }
-    const Tensor& target = g_.values[n.inputs[1]].constant;
-    if (target.dtype() != DType::kInt64 || target.numel() != static_cast<int64_t>(ys->size())) return std::nullopt;
+    auto target = narrowed_target(n, rows);
+    if (!target) return std::nullopt;
     // A 0 at the row axis copies the input's (narrowed) dim: right only when the blocks agree.
-    if (target.as<int64_t>()[axis] == 0 && block != rows.block) return std::nullopt;
+    if (target->as<int64_t>()[axis] == 0 && !(block == rows.block)) return std::nullopt;
     return std::vector<Demand>{{0, axis, block}};
+  }
+
+  // The target of Reshape `n` narrowed to `rows` at its row axis: the block there (a 0 copies the
+  // input's dim, which reshape_demands allows only when it is the block; a -1 infers it). A target
+  // computed at run time (the exporter's Shape arithmetic over a ranged batch) is read from its
+  // elements; a symbolic block or element becomes the target's one -1, which the Reshape infers
+  // from its input's size. nullopt when that would need two.
+  std::optional<Tensor> narrowed_target(const Node& n, const Rows& rows) const {
+    const Value& t = g_.values[n.inputs[1]];
+    const SymShape* ys = shape_of(g_, n.outputs[0]);
+    std::vector<int64_t> out;
+    if (t.is_constant()) {
+      if (t.constant.dtype() != DType::kInt64 || t.constant.numel() != static_cast<int64_t>(ys->size())) return std::nullopt;
+      out.assign(t.constant.as<int64_t>(), t.constant.as<int64_t>() + t.constant.numel());
+    } else {
+      // -1 and 0 need the data: a run-time target must hold sizes (-1 reads as an unknown dim).
+      if (!t.sym_value || t.sym_value->size() != ys->size() || int_attr(n, "allowzero", 0)) return std::nullopt;
+      for (const Dim& d : *t.sym_value) {
+        if (d.is_known() && d.value > 0) out.push_back(d.value);
+        else if (d.is_symbol()) out.push_back(-1);
+        else return std::nullopt;
+      }
+    }
+    int64_t& a = out[rows.axis];
+    if (a != 0) a = rows.block.is_known() ? rows.block.value : -1;
+    if (std::count(out.begin(), out.end(), int64_t{-1}) > 1) return std::nullopt;
+    return Tensor::from_vector<int64_t>(out, Shape{static_cast<int64_t>(out.size())});
   }
 
   // kiln::Attention computes query row i from q row i (and mask row i): only output 0 narrows.
@@ -411,22 +460,13 @@ class Narrowing {
     return d;
   }
 
-  // A narrowed Reshape's target with the block at the row axis (0 copies the input's dim, which
-  // reshape_demands allows only when it is the block; -1 infers it: both already give the block).
-  void narrow_reshape_target(Node& n) {
-    const Rows rows = value_rows_.at(n.outputs[0]);
-    Tensor target = Tensor::copy_of(g_.values[n.inputs[1]].constant.view());
-    int64_t& t = target.as<int64_t>()[rows.axis];
-    if (t > 0) t = rows.block;
-    n.inputs[1] = g_.add_constant(g_.unique_name(n.name + "/row_target"), std::move(target));
-  }
-
   // Slice(v, [index·block], [(index + 1)·block], [axis]) as a new node and value (the last block
   // rows for index -1).
   std::pair<Node, int> row_slice(int v, const Rows& rows) {
     const int axis = rows.axis;
-    const int64_t start = sel_.index == -1 ? -rows.block : sel_.index * rows.block;
-    const int64_t end = sel_.index == -1 ? std::numeric_limits<int64_t>::max() : (sel_.index + 1) * rows.block;
+    const int64_t block = rows.block.value;  // known: plan() never slices a symbolic block
+    const int64_t start = sel_.index == -1 ? -block : sel_.index * block;
+    const int64_t end = sel_.index == -1 ? std::numeric_limits<int64_t>::max() : (sel_.index + 1) * block;
     const std::string base = g_.values[v].name + "/row";
     Node n;
     n.name = g_.unique_name(base);
@@ -437,7 +477,7 @@ class Narrowing {
     const int out = g_.add_value(g_.unique_name(base));
     g_.values[out].dtype = g_.values[v].dtype;
     g_.values[out].shape = g_.values[v].shape;
-    (*g_.values[out].shape)[axis] = Dim::known(rows.block);
+    (*g_.values[out].shape)[axis] = rows.block;
     n.outputs = {out};
     return {std::move(n), out};
   }
@@ -451,6 +491,7 @@ class Narrowing {
   std::set<int> graph_output_;
   std::map<int, std::vector<Demand>> narrowed_;  // node index -> the inputs it needs narrowed
   std::map<int, Rows> value_rows_;               // narrowed value -> its selected rows
+  bool symbolic_blocks_ = true;                  // whether a Reshape may make a block symbolic (plan)
 };
 
 }  // namespace

@@ -168,7 +168,12 @@ void infer_sym_value(Graph& g, Node& n) {
     start = std::clamp<int64_t>(start, 0, r);
     end = std::clamp<int64_t>(end, start, r);
     out.sym_value = Dims(s.begin() + start, s.begin() + end);
-  } else if ((op == "Cast" || op == "Identity" || op == "Squeeze" || op == "Unsqueeze") && sv(0)) {
+  } else if (op == "Cast" && sv(0)) {
+    // Only to an integer type: the arithmetic rules below compute integer results (Div
+    // truncates), which a float value computed from the cast would not have.
+    auto to = n.attrs.find("to");
+    if (to != n.attrs.end() && dtype_is_integer(static_cast<DType>(to->second.i))) out.sym_value = **sv(0);
+  } else if ((op == "Identity" || op == "Squeeze" || op == "Unsqueeze") && sv(0)) {
     out.sym_value = **sv(0);
   } else if (op == "Gather" && sv(0)) {
     auto idx = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);

@@ -1,6 +1,7 @@
 #include "builder/passes/sym_linear.h"
 
 #include <cctype>
+#include <map>
 #include <vector>
 
 namespace kiln {
@@ -124,6 +125,53 @@ Dim linear_scale(const Dim& a, int64_t k) {
   for (auto& [atom, f] : l->terms) f *= k;
   l->constant *= k;
   return from_linear(*l);
+}
+
+namespace {
+// A product of dims as a number times symbols with exponents.
+struct Monomial {
+  int64_t coeff = 1;
+  std::map<std::string, int> powers;
+};
+
+// Multiplies m by d (exponent +1) or divides it (-1, coefficients collected in `den`).
+bool mul_dim(Monomial& m, int64_t& den, const Dim& d, int sign) {
+  int64_t k = 1;
+  if (d.is_known()) {
+    k = d.value;
+  } else {
+    auto l = to_linear(d);
+    if (!l) return false;
+    if (l->terms.size() == 1 && l->constant == 0) {
+      k = l->terms.begin()->second;
+      m.powers[l->terms.begin()->first] += sign;
+    } else {
+      m.powers[d.symbol] += sign;  // a sum is one opaque factor
+    }
+  }
+  if (k <= 0 || k > (int64_t{1} << 31)) return false;  // keeps the products far from overflow
+  (sign > 0 ? m.coeff : den) *= k;
+  return m.coeff < (int64_t{1} << 62) && den < (int64_t{1} << 62);
+}
+}  // namespace
+
+std::optional<Dim> dim_product_ratio(const Dim& factor, const std::vector<Dim>& num, const std::vector<Dim>& den) {
+  Monomial m;
+  int64_t d = 1;
+  if (!mul_dim(m, d, factor, 1)) return std::nullopt;
+  for (const Dim& x : num)
+    if (!mul_dim(m, d, x, 1)) return std::nullopt;
+  for (const Dim& x : den)
+    if (!mul_dim(m, d, x, -1)) return std::nullopt;
+  if (m.coeff % d != 0) return std::nullopt;
+  LinearDim l;
+  for (const auto& [atom, p] : m.powers) {
+    if (p == 0) continue;
+    if (p != 1 || !l.terms.empty()) return std::nullopt;
+    l.terms[atom] = m.coeff / d;
+  }
+  if (l.terms.empty()) l.constant = m.coeff / d;
+  return from_linear(l);
 }
 
 std::optional<std::pair<int64_t, int64_t>> dim_bounds(const Dim& d, const DimRanges& ranges) {

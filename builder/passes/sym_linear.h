@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "builder/graph.h"
 
@@ -30,6 +31,12 @@ Dim from_linear(const LinearDim& l);
 Dim linear_add(const Dim& a, const Dim& b, int64_t sign);
 // k * a for a known factor k.
 Dim linear_scale(const Dim& a, int64_t k);
+
+// factor · Π num / Π den, for dims that are each a positive number or a symbol (a linear one such as
+// "2*seq" counts as its factor times its symbol): e.g. the rows a block of rows becomes through a
+// Reshape, 1 · (B·E) / E = B. nullopt unless the quotient is exact and is a number or one symbol
+// times a number (a product of symbols has no Dim).
+std::optional<Dim> dim_product_ratio(const Dim& factor, const std::vector<Dim>& num, const std::vector<Dim>& den);
 
 // Inclusive value range of each symbol (a profile's min/max); symbols absent are in [0, +inf).
 using DimRanges = std::map<std::string, std::pair<int64_t, int64_t>>;

@@ -181,6 +181,25 @@ TEST(AttentionFusionSymbolic, VitDynamicBatch) {
   }
 }
 
+TEST(AttentionFusionSymbolic, VitDynamicBatchSplitsAndNarrows) {
+  // The packed q/k/v Slices' bounds and the merge Reshapes' targets come from Shape arithmetic over
+  // [S, batch, E]: with the batch ranged, the static dims they read must still fold, so each
+  // layer's in-projection splits and the last layer computes the class token only.
+  IMPORT_SMALL(g, "vit");
+  auto ctx = run_profile(*g, {{"batch", {1, 2}}});
+  int split = 0;
+  for (const auto& n : g->nodes) split += !n.removed && n.name.ends_with("/MatMul_cols");
+  EXPECT_EQ(split, 2 * 3);
+  auto att = attention_nodes(*g);
+  ASSERT_EQ(att.size(), 2u);
+  auto dim0 = [&](const Node* n) { return (*g->values[n->outputs[0]].shape)[0].str(); };
+  EXPECT_NE(dim0(att[0]), "1");
+  EXPECT_EQ(dim0(att[1]), "1");  // the last layer's queries: the class token only
+  bool narrowed = false;
+  for (const auto& l : ctx.log) narrowed |= l.starts_with("selected_row_narrowing:");
+  EXPECT_TRUE(narrowed);
+}
+
 // A GPT-style decoder kiln's models do not contain (tests/e2e/attention_variants.py): separate q/k/v,
 // a 2-D bool causal buffer sliced [past : past+seq, : past+seq], masked_fill(~mask, -inf), Mul scale.
 TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
@@ -271,6 +290,24 @@ TEST(SymLinear, CanonicalSumsAndDifferences) {
   EXPECT_EQ(linear_add(odd, seq, 1).str(), "(seq+[seq-len])");
   EXPECT_EQ(linear_add(linear_add(odd, seq, 1), seq, -1), odd);
   EXPECT_EQ(linear_add(Dim::sym("(a*b)"), Dim::sym("(a*b)"), -1), Dim::known(0));
+}
+
+TEST(SymLinear, ProductRatios) {
+  const Dim batch = Dim::sym("batch"), six = Dim::known(6);
+  auto ratio = [](const Dim& f, std::vector<Dim> num, std::vector<Dim> den) {
+    auto r = dim_product_ratio(f, num, den);
+    return r ? r->str() : std::string("none");
+  };
+  EXPECT_EQ(ratio(Dim::known(1), {batch, six}, {six}), "batch");  // [S·B, E] -> [S, B, E]
+  EXPECT_EQ(ratio(batch, {six}, {batch, six}), "1");              // [S, B, E] -> [S·B, E]
+  EXPECT_EQ(ratio(batch, {six}, {linear_scale(batch, 6)}), "1");
+  EXPECT_EQ(ratio(Dim::known(2), {six}, {Dim::known(4)}), "3");
+  EXPECT_EQ(ratio(Dim::known(1), {linear_scale(Dim::sym("seq"), 2)}, {Dim::known(2)}), "seq");
+  EXPECT_EQ(ratio(Dim::known(3), {batch}, {}), "(3*batch)");
+  EXPECT_EQ(ratio(Dim::known(1), {six}, {batch, six}), "none");      // 1 / batch
+  EXPECT_EQ(ratio(Dim::known(1), {batch, batch}, {}), "none");       // batch²
+  EXPECT_EQ(ratio(Dim::known(1), {Dim::known(7)}, {Dim::known(2)}), "none");
+  EXPECT_EQ(ratio(Dim::known(1), {Dim{}}, {}), "none");              // unknown
 }
 
 TEST(SymLinear, BoundsOverRanges) {
