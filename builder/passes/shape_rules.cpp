@@ -40,8 +40,6 @@ const std::set<std::string> kShapeInputsAfterFirst = {
     "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
     "ReduceSumSquare", "Resize", "TopK", "OneHot", "Upsample"};
 
-bool known_rank(const Value& v) { return v.shape.has_value(); }
-
 Dim broadcast_dim(const Dim& a, const Dim& b) {
   if (a == b) return a;
   if (a.is_known() && a.value == 1) return b;

@@ -15,13 +15,22 @@
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
 
+// The replaced global operator new counts allocations while g_counting is set (and, with
+// KILN_ABORT_ON_ALLOC set, aborts so a debugger shows who allocated). The matching deletes free what
+// it malloc'd; GCC's -Wmismatched-new-delete does not see that the two are replaced together.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) { g_allocations.fetch_add(1, std::memory_order_relaxed); if (std::getenv("KILN_ABORT_ON_ALLOC")) std::abort(); }
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (std::getenv("KILN_ABORT_ON_ALLOC")) std::abort();
+  }
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace kiln {
 namespace {
