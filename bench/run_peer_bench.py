@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Peer benchmark: ONNX Runtime (onnxruntime-node, CPU) against kiln's engine-run on kiln's full-size models.
+"""Peer benchmark: ONNX Runtime (onnxruntime-node, CPU) against kiln's engine-run on kiln's full-size models
+and on "unseen exports" (attention written with other module code, bench/unseen_exports.py).
 
   /usr/bin/python3 bench/run_peer_bench.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
       [--kiln-env NAME=VALUE ...] [--ort-config KEY=VALUE ...] [--results FILE] [--markdown FILE]
@@ -15,6 +16,8 @@ building are not timed.
 Models are exported with models/export_models.py --size full into bench/out/ (skipped when present). gpt2's
 reference cases are 7-token prefill / 9-token past decode, so this script writes its own inputs: prefill of
 128 tokens on an empty past, decode of 1 token on a 1024-token past (random ids and past K/V, fixed seed).
+The unseen exports (gpt_sep_qkv, rotary_runtime_mask, scaled_q_bsd, mha_batch_first) come from
+tests/e2e/attention_variants.py --size bench with their cases (inputs and PyTorch outputs) in bench/out.
 
 --kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
 session config entry (e.g. session.intra_op.allow_spinning=0); both are recorded in the results.
@@ -37,6 +40,8 @@ import time
 import numpy as np
 import onnx
 
+import unseen_exports
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 OUT = os.path.join(BENCH, "out")
@@ -52,7 +57,7 @@ WORKLOADS = [
     ("resnet18", "batch2", "batch2"),
     ("vit", "batch1", "batch1"),
     ("vit", "batch2", "batch2"),
-]
+] + unseen_exports.WORKLOADS
 WORKLOAD_NOTES = {
     "control_transformer/full": "6 timesteps (1644 tokens), empty cache",
     "control_transformer/incremental": "1 timestep (274 tokens) on 1370 cached tokens",
@@ -62,6 +67,7 @@ WORKLOAD_NOTES = {
     "resnet18/batch2": "2x3x224x224",
     "vit/batch1": "1x3x224x224",
     "vit/batch2": "2x3x224x224",
+    **unseen_exports.NOTES,
 }
 GPT2_SHAPES = {"prefill128": (128, 0), "decode1024": (1, 1024)}  # (new tokens, past tokens)
 
@@ -94,12 +100,16 @@ def case_dir(model, case):
 
 
 def ensure_export(model, cases):
-    """Exports MODEL (full size) and its reference CASES unless all are already in bench/out."""
+    """Exports MODEL (full size, or bench size for an unseen export) and its reference CASES unless all
+    are already in bench/out."""
     onnx_path = model_path(model)
-    missing = [c for c in cases if not os.path.isdir(os.path.join(case_dir(model, c), "inputs"))]
+    missing = [c for c in cases if not os.path.isdir(os.path.join(case_dir(model, c), "expected"))]
     if os.path.exists(onnx_path) and not missing:
         return
     os.makedirs(os.path.dirname(onnx_path), exist_ok=True)
+    if model in unseen_exports.CASES:
+        unseen_exports.export(model, onnx_path, os.path.join(OUT, "cases", model), missing, log)
+        return
     tmp = onnx_path + ".tmp.onnx"  # renamed only after a complete export, so a killed run leaves no half file
     cmd = [sys.executable, EXPORT, model, "--size", "full", "--out", tmp, "--quiet"]
     if missing:

@@ -147,6 +147,7 @@ class SiteMatcher {
       }
     }
     if (f.mask == "bool") resolve_bool_mask(f);
+    else if (f.mask == "additive") resolve_additive_mask(f);
     check_mask_shape(f, x);
     if (!std::isfinite(f.scale) || f.scale == 0) fail("scale is not a finite non-zero number");
     check_no_cycle(f);
@@ -190,14 +191,17 @@ class SiteMatcher {
          (c0 || c1 ? std::string(" (both operands are numbers)") : ": " + m_.scalar_blocker(n->inputs[1])));
   }
 
-  // q or k scaled before the MatMul (nn.MultiheadAttention divides q).
+  // q or k scaled by a constant scalar: right before QK^T (nn.MultiheadAttention divides q) or
+  // before the head split (BERT-style q * Dh**-0.5 on [B,S,D]). A scalar commutes with the
+  // Reshape/Transpose between, so either way it folds into the plugin's scale instead of
+  // costing a pass over q.
   int peel_scales(Fused& f, int v) {
     for (int d = 0; d < 2; ++d) {
       Node* n = m_.producer(v);
       if (!n || !n->domain.empty() || (n->op_type != "Div" && n->op_type != "Mul")) return v;
       const bool scalar_operand = m_.scalar(n->inputs[1]) || (n->op_type == "Mul" && m_.scalar(n->inputs[0]));
-      if (!scalar_operand) return v;
-      need_single(v, "scaled operand");
+      // A scaled value with other readers keeps its Mul/Div: the site fuses on the scaled value.
+      if (!scalar_operand || !m_.single_use(v)) return v;
       v = peel_scale_node(f, n, v);
     }
     return v;
@@ -282,7 +286,7 @@ class SiteMatcher {
     Node* tq = m_.transpose_of(a, {0, 2, 1, 3});
     need_single(a, "q heads");
     take(f, tq);
-    f.q = head_split(f, m_.producer_op(tq->inputs[0], "Reshape"), 4, "q");
+    f.q = peel_scales(f, head_split(f, m_.producer_op(tq->inputs[0], "Reshape"), 4, "q"));
 
     need_single(b, "k heads");
     Node* rk = nullptr;
@@ -299,7 +303,7 @@ class SiteMatcher {
     } else {
       fail("k is not transposed to [B,H,Dh,S] for QK^T");
     }
-    const int k_src = head_split(f, rk, 4, "k");
+    const int k_src = peel_scales(f, head_split(f, rk, 4, "k"));
 
     Node* tv = m_.transpose_of(vh, {0, 2, 1, 3});
     if (!tv) fail("v is not split into heads like q");
@@ -335,7 +339,7 @@ class SiteMatcher {
     Node* tq = m_.transpose_of(a, {1, 0, 2});
     need_single(a, "q heads");
     take(f, tq);
-    f.q = head_split(f, m_.producer_op(tq->inputs[0], "Reshape"), 3, "q");
+    f.q = peel_scales(f, head_split(f, m_.producer_op(tq->inputs[0], "Reshape"), 3, "q"));
 
     need_single(b, "k heads");
     Node* rk = nullptr;
@@ -352,7 +356,7 @@ class SiteMatcher {
     } else {
       fail("k is not transposed to [B*H,Dh,S] for QK^T");
     }
-    f.k = head_split(f, rk, 3, "k");
+    f.k = peel_scales(f, head_split(f, rk, 3, "k"));
     Node* tv = m_.transpose_of(vh, {1, 0, 2});
     if (!tv) fail("v is not split into heads like q");
     need_single(vh, "v heads");
@@ -432,15 +436,45 @@ class SiteMatcher {
       f.mask_negate = true;
       return;  // an inverted mask is never the causal one
     }
+    set_score_refs(f);
+    if (is_causal(f.mask_value)) {
+      f.mask = "causal";
+      f.mask_value = -1;
+    }
+  }
+
+  // What score_dims and is_len read: the layout and the q / total K / total V values.
+  void set_score_refs(const Fused& f) {
     f_layout_bhsd_ = f.layout == "bhsd";
     seq_first_ = f.seq_first;
     q4_ = q3_ = f.q;
     k_total_ = f.kv_cache ? f.k_all : f.k;
     v_total_ = f.kv_cache ? f.v_all : f.v;
-    if (is_causal(f.mask_value)) {
-      f.mask = "causal";
-      f.mask_value = -1;
-    }
+  }
+
+  // A constant additive mask that is 0 where j <= Sk - Sq + i and -inf (or <= kMaskFillMax, the
+  // Where fill rule) elsewhere, with leading dims 1, is the causal mask. Llama-style exports build
+  // it at run time (full(-inf).triu(past + 1)); with the shapes fixed, constant folding turns it
+  // into such a constant. As "causal" the kernel skips the masked key tiles instead of adding
+  // -inf to them, and reads no mask.
+  void resolve_additive_mask(Fused& f) {
+    const Value& mv = g_.values[f.mask_value];
+    if (!mv.is_constant()) return;
+    set_score_refs(f);
+    auto [sq, sk] = score_dims();
+    const Shape& s = mv.constant.shape();
+    if (s.rank() < 2 || !sq.is_known() || !sk.is_known()) return;
+    for (int i = 0; i < s.rank() - 2; ++i)
+      if (s[i] != 1) return;
+    const int64_t q = s[s.rank() - 2], k = s[s.rank() - 1];
+    if (q != sq.value || k != sk.value || q > k) return;
+    for (int64_t i = 0; i < q; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        const double x = read_double(mv.constant.view(), i * k + j);
+        if (j <= k - q + i ? x != 0 : !(x <= kMaskFillMax)) return;
+      }
+    f.mask = "causal";
+    f.mask_value = -1;
   }
 
   bool is_tril_ones(const Value& c) {

@@ -114,7 +114,11 @@ TileCover mask_tile_cover(const Problem& pr, int64_t q0, int64_t nq, int64_t k0,
   TileCover c;
   const bool fast = pr.p->mask == MaskKind::kBool && g.mask_stride[3] == 1;
   const bool in_bounds = k0 + 64 <= g.Sk_total();
-  for (int64_t i = 0; i < nq; ++i) {
+  // A mask that broadcasts over the queries ([B,1,1,Sk] padding masks, [1,Sk]) shows every query
+  // row the same keys, so one row's bits serve the tile. Reading all nq rows of a float mask one
+  // element at a time costs about as much as the tile's Q·Kᵀ (BERT-style padding masks).
+  const int64_t rows = g.mask_stride[2] == 0 ? std::min<int64_t>(nq, 1) : nq;
+  for (int64_t i = 0; i < rows; ++i) {
     KeyBits b = 0;
     if (fast) {
       b = bool_row_bits(static_cast<const bool*>(pr.mask) + (q0 + i) * g.mask_stride[2] + k0, nk, in_bounds);
@@ -126,6 +130,7 @@ TileCover mask_tile_cover(const Problem& pr, int64_t q0, int64_t nq, int64_t k0,
     c.any |= b != 0;
     c.all &= b == full;
   }
+  for (int64_t i = rows; i < nq; ++i) bits[i] = bits[0];
   return c;
 }
 
@@ -185,7 +190,12 @@ void apply_explicit_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, in
   for (int64_t j = 0; j < nk; ++j) {
     float* row = s + j * kTq;
     const float* m = static_cast<const float*>(pr.mask) + q0 * si + (k0 + j) * sj;
-    for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
+    if (si == 0) {  // one value per key for every query: a broadcast add the compiler vectorizes
+      const float mv = *m;
+      for (int64_t i = 0; i < nq; ++i) row[i] += mv;
+    } else {
+      for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
+    }
   }
 }
 

@@ -15,11 +15,21 @@ the fusion must hold for exports it has never seen that use the same exporter pa
 
 Each variant: build() -> module (fixed seed), INPUTS/OUTPUTS/DYNAMIC_AXES, make_inputs(**dims) -> numpy
 inputs, config(onnx, engine) -> engine-build YAML text with the profiles, CASES -> {profile: [dims]}.
-  /usr/bin/python3 tests/e2e/attention_variants.py VARIANT --out DIR   (exports DIR/VARIANT.onnx)
+The classes are tiny (dims 32-64, 2 layers) so the fusion tests stay fast; variant(name, "bench") gives
+the same module code at each class's BENCH dims (6 layers, width 512-768, head dim 64) for the peer
+benchmark (bench/run_peer_bench.py). gpt_lookahead has no bench size.
+
+  /usr/bin/python3 tests/e2e/attention_variants.py VARIANT --out DIR [--size test|bench]
+      [--reference-dir REF --case NAME:K=N,... ...]
+exports DIR/VARIANT.onnx and writes, per case, REF/NAME/inputs/<input>.npy (make_inputs(**dims)) and
+REF/NAME/expected/<output>.npy (PyTorch's outputs), e.g. --case decode1024:seq=1,past=1024.
 """
 import argparse
+import inspect
 import math
 import os
+import re
+import sys
 
 import numpy as np
 import torch
@@ -27,6 +37,16 @@ from torch import nn
 import torch.nn.functional as F
 
 OPSET = 17
+
+
+def decoder_io(layers, x, y, cache_in, cache_out):
+    """(INPUTS, OUTPUTS, DYNAMIC_AXES) of a decoder with LAYERS layers of K/V cache: X, CACHE_IN{k,v}{i}
+    -> Y, CACHE_OUT{k,v}{i}; seq and past are symbolic, total = past + seq."""
+    inputs = [x] + [f"{cache_in}{kv}{i}" for i in range(layers) for kv in "kv"]
+    outputs = [y] + [f"{cache_out}{kv}{i}" for i in range(layers) for kv in "kv"]
+    axes = {x: {1: "seq"}, y: {1: "seq"}, **{n: {2: "past"} for n in inputs[1:]},
+            **{n: {2: "total"} for n in outputs[1:]}}
+    return inputs, outputs, axes
 
 
 # ---- gpt_sep_qkv -------------------------------------------------------------------------------------
@@ -84,19 +104,18 @@ class SepQKVDecoder(nn.Module):
 
 
 class GptSepQKV:
-    LAYERS, HEADS, HEAD_DIM, VOCAB = 2, 3, 16, 97
-    INPUTS = ["ids"] + [f"cache_{kv}{i}" for i in range(2) for kv in "kv"]
-    OUTPUTS = ["logits"] + [f"new_{kv}{i}" for i in range(2) for kv in "kv"]
-    DYNAMIC_AXES = {"ids": {1: "seq"}, "logits": {1: "seq"},
-                    **{n: {2: "past"} for n in INPUTS[1:]}, **{n: {2: "total"} for n in OUTPUTS[1:]}}
+    LAYERS, DIM, HEADS, HEAD_DIM, VOCAB = 2, 48, 3, 16, 97
+    BENCH = dict(LAYERS=6, DIM=768, HEADS=12, VOCAB=4096)  # GPT-2-small width, half its depth
+    IO = ("ids", "logits", "cache_", "new_")
+    INPUTS, OUTPUTS, DYNAMIC_AXES = decoder_io(LAYERS, *IO)
     # max_pos 1100: decode at past 1024 + 1 stays inside the buffer.
     CASES = {"prefill": [dict(seq=1, past=0), dict(seq=9, past=0), dict(seq=64, past=0)],
              "decode": [dict(seq=1, past=1), dict(seq=1, past=37), dict(seq=1, past=1024)]}
 
-    @staticmethod
-    def build():
+    @classmethod
+    def build(cls):
         torch.manual_seed(11)
-        return SepQKVDecoder().eval()
+        return SepQKVDecoder(cls.LAYERS, cls.DIM, cls.HEADS, cls.VOCAB).eval()
 
     @classmethod
     def make_inputs(cls, seq, past, seed=0):
@@ -125,10 +144,12 @@ class GptLookahead(GptSepQKV):
     """The same decoder with tril(diagonal=1): each query also sees the next key. Not causal, so the
     fusion must keep the sliced buffer as a bool mask; prefill outputs differ from causal ones."""
 
-    @staticmethod
-    def build():
+    BENCH = None  # a fusion test only: the benchmark has no look-ahead decoder
+
+    @classmethod
+    def build(cls):
         torch.manual_seed(11)
-        return SepQKVDecoder(diagonal=1).eval()
+        return SepQKVDecoder(cls.LAYERS, cls.DIM, cls.HEADS, cls.VOCAB, diagonal=1).eval()
 
 
 # ---- rotary_runtime_mask -------------------------------------------------------------------------------
@@ -178,18 +199,17 @@ class RotaryDecoder(nn.Module):
 class RotaryRuntimeMask:
     """Llama-style: rotary q/k from positions arange(past, past+seq) (torch.outer exports an Einsum),
     a causal mask built at run time (full(-inf).triu(past+1)) and added to the scores."""
-    DIM, HEADS, HEAD_DIM = 32, 2, 16
-    INPUTS = ["x"] + [f"past_{kv}{i}" for i in range(2) for kv in "kv"]
-    OUTPUTS = ["y"] + [f"present_{kv}{i}" for i in range(2) for kv in "kv"]
-    DYNAMIC_AXES = {"x": {1: "seq"}, "y": {1: "seq"},
-                    **{n: {2: "past"} for n in INPUTS[1:]}, **{n: {2: "total"} for n in OUTPUTS[1:]}}
+    LAYERS, DIM, HEADS, HEAD_DIM = 2, 32, 2, 16
+    BENCH = dict(LAYERS=6, DIM=512, HEADS=8)
+    IO = ("x", "y", "past_", "present_")
+    INPUTS, OUTPUTS, DYNAMIC_AXES = decoder_io(LAYERS, *IO)
     CASES = {"prefill": [dict(seq=1, past=0), dict(seq=7, past=0), dict(seq=32, past=0)],
              "decode": [dict(seq=1, past=1), dict(seq=1, past=300), dict(seq=1, past=512)]}
 
-    @staticmethod
-    def build():
+    @classmethod
+    def build(cls):
         torch.manual_seed(14)
-        return RotaryDecoder().eval()
+        return RotaryDecoder(cls.LAYERS, cls.DIM, cls.HEADS).eval()
 
     @classmethod
     def make_inputs(cls, seq, past, seed=0):
@@ -229,16 +249,17 @@ class MhaEncoder(nn.Module):
 
 
 class MhaBatchFirst:
-    DIM = 40
+    LAYERS, DIM, HEADS = 2, 40, 5
+    BENCH = dict(LAYERS=6, DIM=768, HEADS=12)  # ViT-B/16 width at 197 tokens in the benchmark
     INPUTS = ["x"]
     OUTPUTS = ["y"]
     DYNAMIC_AXES = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
     CASES = {"any": [dict(batch=1, seq=1), dict(batch=2, seq=13), dict(batch=3, seq=50)]}
 
-    @staticmethod
-    def build():
+    @classmethod
+    def build(cls):
         torch.manual_seed(12)
-        return MhaEncoder().eval()
+        return MhaEncoder(cls.LAYERS, cls.DIM, cls.HEADS).eval()
 
     @classmethod
     def make_inputs(cls, batch, seq, seed=0):
@@ -288,16 +309,17 @@ class ScaledQEncoder(nn.Module):
 
 
 class ScaledQBsd:
-    DIM = 64
+    LAYERS, DIM, HEADS = 2, 64, 4
+    BENCH = dict(LAYERS=6, DIM=768, HEADS=12)  # BERT-base width, half its depth
     INPUTS = ["x", "pad_mask"]
     OUTPUTS = ["y"]
     DYNAMIC_AXES = {"x": {0: "batch", 1: "seq"}, "pad_mask": {0: "batch", 3: "seq"}, "y": {0: "batch", 1: "seq"}}
     CASES = {"any": [dict(batch=1, seq=1), dict(batch=2, seq=17), dict(batch=2, seq=40)]}
 
-    @staticmethod
-    def build():
+    @classmethod
+    def build(cls):
         torch.manual_seed(13)
-        return ScaledQEncoder().eval()
+        return ScaledQEncoder(cls.LAYERS, cls.DIM, cls.HEADS).eval()
 
     @classmethod
     def make_inputs(cls, batch, seq, seed=0):
@@ -323,10 +345,30 @@ inputs:
 
 VARIANTS = {"gpt_sep_qkv": GptSepQKV, "gpt_lookahead": GptLookahead, "rotary_runtime_mask": RotaryRuntimeMask,
             "mha_batch_first": MhaBatchFirst, "scaled_q_bsd": ScaledQBsd}
+SIZES = ("test", "bench")
 
 
-def export(name, out_path):
+def variant(name, size="test"):
+    """The spec of NAME at SIZE: "test" is the tiny class itself (what the fusion tests use); "bench" a
+    subclass with the class's BENCH dims, so the same module code runs at a size worth timing."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; variants: {', '.join(VARIANTS)}")
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; sizes: {', '.join(SIZES)}")
     spec = VARIANTS[name]
+    if size == "test":
+        return spec
+    if not spec.BENCH:
+        raise ValueError(f"{name} has no bench size")
+    dims = dict(spec.BENCH)
+    dims["HEAD_DIM"] = dims["DIM"] // dims["HEADS"]
+    if hasattr(spec, "IO"):  # decoders: one cache input/output pair per layer
+        dims["INPUTS"], dims["OUTPUTS"], dims["DYNAMIC_AXES"] = decoder_io(dims["LAYERS"], *spec.IO)
+    return type(spec.__name__ + "Bench", (spec,), dims)
+
+
+def export(name, out_path, size="test"):
+    spec = variant(name, size)
     model = spec.build()
     first = next(iter(spec.CASES.values()))[-1]
     args = tuple(torch.from_numpy(a) for a in spec.make_inputs(**first, seed=99).values())
@@ -344,14 +386,67 @@ def run(model, spec, inputs):
     return {n: o.numpy() for n, o in zip(spec.OUTPUTS, outs)}
 
 
-def main():
+def sanitize(name):
+    """The file name engine-run gives a tensor (see models/export_models.py)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def parse_case(spec, text):
+    """'NAME:K=V,...' -> (NAME, {K: int(V)}) with K the parameters of spec.make_inputs (all required).
+    Raises ValueError naming what is wrong."""
+    name, colon, rest = text.partition(":")
+    params = [k for k in inspect.signature(spec.make_inputs).parameters if k != "seed"]
+    if not colon or not name or sanitize(name) != name:
+        raise ValueError(f"case {text!r}: expected NAME:{'=N,'.join(params)}=N with NAME in [A-Za-z0-9._-]")
+    dims = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in params:
+            raise ValueError(f"case {text!r}: expected K=N with K in {', '.join(params)}, got {item!r}")
+        try:
+            dims[key] = int(value)
+        except ValueError:
+            raise ValueError(f"case {text!r}: {key} must be an integer, got {value!r}") from None
+        if dims[key] < 0:
+            raise ValueError(f"case {text!r}: {key} must be >= 0")
+    missing = [k for k in params if k not in dims]
+    if missing:
+        raise ValueError(f"case {text!r}: missing {', '.join(k + '=' for k in missing)}")
+    return name, dims
+
+
+def write_case(model, spec, name, dims, reference_dir):
+    """DIR/NAME/inputs/<input>.npy from make_inputs(**DIMS) and DIR/NAME/expected/<output>.npy from PyTorch."""
+    inputs = spec.make_inputs(**dims)
+    for sub, arrays in (("inputs", inputs), ("expected", run(model, spec, inputs))):
+        d = os.path.join(reference_dir, name, sub)
+        os.makedirs(d, exist_ok=True)
+        for n, a in arrays.items():
+            np.save(os.path.join(d, sanitize(n) + ".npy"), np.ascontiguousarray(a))
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variant", choices=list(VARIANTS))
     p.add_argument("--out", required=True, help="directory")
-    a = p.parse_args()
+    p.add_argument("--size", choices=SIZES, default="test")
+    p.add_argument("--reference-dir", help="write reference cases under this directory")
+    p.add_argument("--case", action="append", default=[], metavar="NAME:K=N,...",
+                   help="reference case (repeatable), e.g. decode1024:seq=1,past=1024 or batch2:batch=2,seq=128")
+    a = p.parse_args(argv)
+    if a.case and not a.reference_dir:
+        p.error("--case needs --reference-dir")
+    try:
+        spec = variant(a.variant, a.size)
+        cases = [parse_case(spec, c) for c in a.case]
+    except ValueError as e:
+        p.error(str(e))
     os.makedirs(a.out, exist_ok=True)
-    export(a.variant, os.path.join(a.out, a.variant + ".onnx"))
+    model = export(a.variant, os.path.join(a.out, a.variant + ".onnx"), a.size)
+    for name, dims in cases:
+        write_case(model, spec, name, dims, a.reference_dir)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

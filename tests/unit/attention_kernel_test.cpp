@@ -30,7 +30,7 @@ struct Case {
   Layout layout = Layout::kBSD;
   MaskKind mask = MaskKind::kNone;
   int64_t block = 0;
-  int mask_form = 0;  // explicit masks: 0 [Sq, Sk], 1 [B, 1, Sq, Sk], 2 [B, H, Sq, Sk], 3 [1, Sk]
+  int mask_form = 0;  // explicit masks: 0 [Sq, Sk], 1 [B, 1, Sq, Sk], 2 [B, H, Sq, Sk], 3 [1, Sk], 4 [B, 1, 1, Sk]
   // Explicit masks: > 0 writes a block-causal pattern of this block size (whole tiles shown, hidden
   // and mixed) instead of random entries.
   int64_t mask_block = 0;
@@ -83,13 +83,14 @@ Tensor make_mask(const Case& c, std::mt19937& rng) {
     case 0: s = Shape{c.Sq, Sk}; break;
     case 1: s = Shape{c.B, 1, c.Sq, Sk}; break;
     case 2: s = Shape{c.B, c.H, c.Sq, Sk}; break;
+    case 4: s = Shape{c.B, 1, 1, Sk}; break;  // a padding mask: per batch, the same for every query
     default: s = Shape{1, Sk}; break;
   }
   const bool is_bool = c.mask == MaskKind::kBool;
   Tensor t = Tensor::zeros(is_bool ? DType::kBool : DType::kFloat32, s);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   const int64_t rows = t.numel() / std::max<int64_t>(Sk, 1);
-  const bool has_rows = c.mask_form != 3;
+  const bool has_rows = c.mask_form < 3;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < Sk; ++j) {
       const int64_t q = has_rows ? r % c.Sq : -1;
@@ -214,7 +215,7 @@ void check_case(const Case& c, uint32_t seed) {
   if (c.layout == Layout::kSBD) check_sbd_against_bsd(c, in, got[0]);
 
   // The explicit masks hide query row 0 from every key: it must be zeros, not NaN.
-  if ((c.mask == MaskKind::kBool || c.mask == MaskKind::kAdditive) && c.mask_form != 3 && c.mask_block == 0 &&
+  if ((c.mask == MaskKind::kBool || c.mask == MaskKind::kAdditive) && c.mask_form < 3 && c.mask_block == 0 &&
       c.Sq > 0) {
     const attention::RowStrides rs0 = attention::row_strides(c.layout, c.B, c.Sq, c.H, c.Dh);
     for (int64_t b = 0; b < c.B; ++b)
@@ -296,6 +297,28 @@ TEST(AttentionKernel, StructuredMasksMatchReference) {
             c.mask = kind;
             c.mask_form = form;
             c.mask_block = mb;
+            check_case(c, seed++);
+            if (::testing::Test::HasFailure()) break;
+          }
+  }
+  attention::allow_avx512(true);
+}
+
+// Masks that broadcast over the queries ([B,1,1,Sk] padding masks, [1,Sk]): the kernel reads one
+// row per tile for all queries; query counts span several query tiles and a partial one.
+TEST(AttentionKernel, QueryBroadcastMasksMatchReference) {
+  uint32_t seed = 500;
+  for (bool avx512 : {true, false}) {
+    attention::allow_avx512(avx512);
+    for (MaskKind kind : {MaskKind::kBool, MaskKind::kAdditive})
+      for (int form : {3, 4})
+        for (Layout layout : {Layout::kBSD, Layout::kBHSD, Layout::kSBD})
+          for (int64_t Sq : {1, 37, 130}) {
+            Case c;
+            c.B = 2, c.H = 3, c.Dh = 40, c.Sq = Sq, c.Sk_new = Sq;
+            c.layout = layout;
+            c.mask = kind;
+            c.mask_form = form;
             check_case(c, seed++);
             if (::testing::Test::HasFailure()) break;
           }
