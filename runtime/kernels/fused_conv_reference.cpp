@@ -17,7 +17,9 @@ StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
 }
 
 StatusOr<ConvLayout> read_layout(AttrReader& attrs, const char* name) {
-  KILN_ASSIGN_OR_RETURN(std::string v, attrs.get_string(name, "nchw"));
+  // Declared first: GCC 12 reports the string as maybe-uninitialized when the macro declares it.
+  std::string v;
+  KILN_ASSIGN_OR_RETURN(v, attrs.get_string(name, "nchw"));
   if (v == "nchw") return ConvLayout::kNchw;
   if (v == "nhwc") return ConvLayout::kNhwc;
   if (v == "nchw16c") return ConvLayout::kNchw16c;

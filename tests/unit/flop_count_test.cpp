@@ -194,7 +194,9 @@ TEST(LayerProfile, OneTimedEventPerStepAndProfilingOffAfterwards) {
   for (size_t s = 0; s < p->steps.size(); ++s) {
     EXPECT_GE(p->steps[s].ms, 0.0);
     EXPECT_GE(p->steps[s].begin_ms, 0.0);
-    if (s) EXPECT_GE(p->steps[s].begin_ms, p->steps[s - 1].begin_ms);
+    if (s) {
+      EXPECT_GE(p->steps[s].begin_ms, p->steps[s - 1].begin_ms);
+    }
   }
   EXPECT_EQ(p->steps[0].name, "proj");
   EXPECT_EQ(p->steps[0].inputs[0], "float32[3,5]");

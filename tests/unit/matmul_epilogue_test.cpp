@@ -152,7 +152,9 @@ TEST(FusedMatMul, BroadcastingResidualAndVectorInput) {
     const Tensor want = unfused(in, "gelu_erf");
     auto [got, ran] = fused(in, "gelu_erf", "onednn");
     expect_close(got, want, 1e-5, 1e-4, "A " + a.str() + " residual " + r.str());
-    if (a.rank() == 1 && r == Shape{N}) EXPECT_EQ(ran, "onednn");
+    if (a.rank() == 1 && r == Shape{N}) {
+      EXPECT_EQ(ran, "onednn");
+    }
   }
   // A residual that cannot broadcast against the product is an error naming it.
   KernelArgs args;
