@@ -190,8 +190,11 @@ void apply_explicit_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, in
   for (int64_t j = 0; j < nk; ++j) {
     float* row = s + j * kTq;
     const float* m = static_cast<const float*>(pr.mask) + q0 * si + (k0 + j) * sj;
-    if (si == 0) {  // one value per key for every query: a broadcast add the compiler vectorizes
+    if (si == 0) {  // one value per key for every query: a broadcast add
       const float mv = *m;
+      // omp simd: -O2's very cheap vectorizer cost model leaves this loop scalar (it needs an
+      // epilogue), and scalar it cost as much as the tile's Q·Kᵀ on a BERT-style padding mask.
+#pragma omp simd
       for (int64_t i = 0; i < nq; ++i) row[i] += mv;
     } else {
       for (int64_t i = 0; i < nq; ++i) row[i] += m[i * si];
