@@ -168,10 +168,16 @@ void classify_tiles(const bool* mask, const Geometry& g, int64_t q0, int64_t key
 }
 
 // Applies a causal or block-causal rule to S^T (s[j, i] for key k0 + j and query q0 + i).
+// visible_limit does not decrease along the queries, so the queries that may not see a key are a
+// prefix of the tile, growing with the key: row j of S^T gets -inf in its first `hidden` lanes, a
+// contiguous fill instead of per-element strided stores (attention-bench, block-causal, 1644
+// tokens: 10.0-10.2 -> 9.6-9.8 ms).
 void apply_positional_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
-  for (int64_t i = 0; i < nq; ++i) {
-    const int64_t lim = visible_limit(*pr.p, pr.g->query_offset() + q0 + i) - k0;
-    for (int64_t j = std::max<int64_t>(lim, 0); j < nk; ++j) s[j * kTq + i] = kNegInf;
+  const int64_t first = pr.g->query_offset() + q0;
+  int64_t hidden = 0;
+  for (int64_t j = 0; j < nk; ++j) {
+    while (hidden < nq && visible_limit(*pr.p, first + hidden) <= k0 + j) ++hidden;
+    std::fill_n(s + j * kTq, hidden, kNegInf);
   }
 }
 
