@@ -428,6 +428,14 @@ class SiteMatcher {
       v = n->inputs[0];
       if (!neg) best = v;
     }
+    if (best < 0 && g_.values[v].is_constant() && g_.values[v].constant.dtype() == DType::kBool) {
+      // A constant "hidden" mask (masked_fill(~mask) of a bool buffer, folded at fixed shapes) is
+      // inverted here rather than by a Not at run time, and may then prove causal.
+      Tensor attend = Tensor::copy_of(g_.values[v].constant.view());
+      bool* b = attend.as<bool>();
+      for (int64_t i = 0; i < attend.numel(); ++i) b[i] = !b[i];
+      best = g_.add_constant(g_.values[v].name + "/attend", std::move(attend));
+    }
     if (best >= 0) {
       f.mask_value = best;
       f.mask_negate = false;

@@ -2,7 +2,9 @@
 // (tests/e2e/attention_variants.py) write: q (or k) multiplied by a constant before the head split
 // (BERT-style q * Dh**-0.5), which must fold into the plugin's scale; and a constant additive causal
 // mask (Llama-style full(-inf).triu(past + 1), folded at fixed shapes), which must become
-// mask "causal" while near misses stay "additive". Each fused graph also runs against the unfused one.
+// mask "causal" while near misses stay "additive"; and a constant bool "hidden" mask
+// (masked_fill(~tril_buffer), folded at fixed shapes), which must be inverted at build time and
+// become "causal" when it is the causal mask. Each fused graph also runs against the unfused one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -243,6 +245,70 @@ TEST(AttentionFusionScaleMask, AdditiveMasksThatAreNotCausalStayAdditive) {
   auto g = additive_mask_decoder(causal_mask(-inf, 1), {kSq, kSk}).import();
   ASSERT_TRUE(g.ok());
   expect_fused_matches_unfused(*g, decoder_inputs());
+}
+
+// ---- constant bool "hidden" mask ------------------------------------------------------------------
+
+// The additive decoder with Where(hidden, -inf, scores): `hidden` (1 = may not attend) is a float
+// constant cast to bool, which constant folding turns into a bool constant, as a folded
+// masked_fill(~buffer[past:past+Sq, :Sk]) is.
+OnnxModelBuilder hidden_mask_decoder(const std::vector<float>& hidden) {
+  OnnxModelBuilder b;
+  for (const char* n : {"q", "k", "v"}) b.input(n, DType::kFloat32, {int64_t{1}, kHeads, kSq, kHeadDim});
+  for (const char* n : {"past_k", "past_v"}) b.input(n, DType::kFloat32, {int64_t{1}, kHeads, kPast, kHeadDim});
+  b.initializer_f("half", {0.5f}, {});
+  b.initializer_f("fill", {-std::numeric_limits<float>::infinity()}, {});
+  b.initializer_f("hidden_f", hidden, {kSq, kSk});
+  OnnxModelBuilder::int_attr(b.node("Cast", {"hidden_f"}, {"hidden"}, "hidden_cast"), "to",
+                             static_cast<int64_t>(DType::kBool));
+  OnnxModelBuilder::int_attr(b.node("Concat", {"past_k", "k"}, {"k_all"}, "k_cat"), "axis", 2);
+  OnnxModelBuilder::int_attr(b.node("Concat", {"past_v", "v"}, {"v_all"}, "v_cat"), "axis", 2);
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"k_all"}, {"kt"}, "kt"), "perm", {0, 1, 3, 2});
+  b.node("MatMul", {"q", "kt"}, {"scores"}, "qk");
+  b.node("Mul", {"scores", "half"}, {"scaled"}, "scale");
+  b.node("Where", {"hidden", "fill", "scaled"}, {"masked"}, "masked_fill");
+  OnnxModelBuilder::int_attr(b.node("Softmax", {"masked"}, {"p"}, "softmax"), "axis", -1);
+  b.node("MatMul", {"p", "v_all"}, {"out"}, "pv");
+  b.output("out");
+  b.output("k_all");
+  b.output("v_all");
+  return b;
+}
+
+// 1 where key j is hidden from query i (j > past + i + lookahead).
+std::vector<float> hidden_mask(int64_t lookahead) {
+  std::vector<float> m(kSq * kSk);
+  for (int64_t i = 0; i < kSq; ++i)
+    for (int64_t j = 0; j < kSk; ++j) m[i * kSk + j] = j > kPast + i + lookahead ? 1.0f : 0.0f;
+  return m;
+}
+
+TEST(AttentionFusionScaleMask, ConstantHiddenBoolMaskIsInvertedAtBuildTime) {
+  for (int64_t lookahead : {0, 1}) {
+    SCOPED_TRACE("lookahead " + std::to_string(lookahead));
+    auto g = hidden_mask_decoder(hidden_mask(lookahead)).import();
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    PassContext ctx;
+    Graph fused = *g;
+    ASSERT_TRUE(run_pass_pipeline(fused, ctx).ok());
+    auto att = attention_nodes(fused);
+    ASSERT_EQ(att.size(), 1u) << sites_text(ctx);
+    EXPECT_EQ(live(fused, "Not"), 0) << "the inversion is done at build time";
+    if (lookahead == 0) {
+      EXPECT_EQ(att[0]->attrs.at("mask").s, "causal");
+      EXPECT_TRUE(att[0]->inputs.size() > 3 && att[0]->inputs[3] < 0) << "a causal site reads no mask";
+    } else {
+      // Not causal: a constant "may attend" mask, true where the hidden one was false.
+      EXPECT_EQ(att[0]->attrs.at("mask").s, "bool");
+      ASSERT_TRUE(att[0]->inputs.size() > 3 && att[0]->inputs[3] >= 0);
+      const Value& m = fused.values[att[0]->inputs[3]];
+      ASSERT_TRUE(m.is_constant());
+      const std::vector<float> hidden = hidden_mask(lookahead);
+      for (int64_t i = 0; i < m.constant.numel(); ++i)
+        EXPECT_EQ(m.constant.as<bool>()[i], hidden[static_cast<size_t>(i)] == 0.0f) << i;
+    }
+    expect_fused_matches_unfused(*g, decoder_inputs());
+  }
 }
 
 }  // namespace
