@@ -45,6 +45,7 @@ Status identity_elimination(Graph& g, PassContext& ctx);
 Status shape_inference(Graph& g, PassContext& ctx);
 Status constant_folding(Graph& g, PassContext& ctx);
 Status packed_projection_split(Graph& g, PassContext& ctx);
+Status rotary_fusion(Graph& g, PassContext& ctx);
 Status attention_fusion(Graph& g, PassContext& ctx);
 Status selected_row_narrowing(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);

@@ -20,6 +20,10 @@ const std::vector<Pass>& pass_pipeline() {
        "MatMul on the weight's columns: no Slice copies, and the query projection alone can narrow; after folding, "
        "which makes the Slice bounds constants, before matmul_epilogue_fusion, which fuses each bias slice",
        packed_projection_split},
+      {"rotary_fusion",
+       "replace each rotary embedding written as x * cos + rotate_half(x) * sin (two Slices, Neg, Concat, two "
+       "Muls and an Add) by one FusedRotary node; after folding, which makes the Slice bounds constants",
+       rotary_fusion},
       {"attention_fusion",
        "replace each exported attention subgraph (QK^T, scale, mask, Softmax, .V, with its head split/merge and "
        "KV-cache Concats) by one kiln::Attention node, which never materializes the score matrix; after folding so "

@@ -23,7 +23,7 @@ const std::set<std::string> kSameShape = {
     "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Tanh", "ThresholdedRelu", "Shrink", "Clip",
     "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "Dropout", "Identity", "CumSum", "Trilu",
     "BatchNormalization", "InstanceNormalization", "LRN", "MeanVarianceNormalization", "IsNaN", "IsInf", "Not",
-    "Gelu", "Mish"};
+    "Gelu", "Mish", "FusedRotary"};
 const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal",
                                           "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Max",
                                           "Min", "Sum", "Mean", "PRelu", "BitShift"};

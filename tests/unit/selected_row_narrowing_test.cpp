@@ -151,7 +151,9 @@ std::vector<std::vector<float>> run(const Options& o, const std::set<std::string
   for (int64_t i = 0; i < kS; ++i)
     for (int64_t j = 0; j < kS; ++j) mask.as<bool>()[i * kS + j] = (i + j) % 3 != 1 || j == 0;
   EXPECT_TRUE((*ctx)->set_input("x", x.view()).ok());
-  if (o.mask == "bool") EXPECT_TRUE((*ctx)->set_input("mask", mask.view()).ok());
+  if (o.mask == "bool") {
+    EXPECT_TRUE((*ctx)->set_input("mask", mask.view()).ok());
+  }
   Status st = (*ctx)->run();
   EXPECT_TRUE(st.ok()) << st.message();
   std::vector<std::vector<float>> outs;

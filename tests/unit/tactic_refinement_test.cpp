@@ -68,7 +68,7 @@ TEST(TacticRefinement, TheFasterSideWinsWhicheverSideItIsOn) {
   auto plan = three_convs(&at);
   ASSERT_TRUE(plan);
   for (const auto& [first, second] : {std::pair<std::string, std::string>{"reference", "onednn"}, {"onednn", "reference"}}) {
-    std::vector<ContestedKey> contested{{{at.at("a"), at.at("b")}, first, second}};
+    std::vector<ContestedKey> contested{{{at.at("a"), at.at("b")}, first, second, 0, 0, ""}};
     Plan p = *plan;
     ASSERT_TRUE(refine_in_context(p, contested, inputs(), KernelRegistry::builtin(), 3).ok());
     EXPECT_EQ(contested[0].chosen, "onednn") << first;
@@ -88,7 +88,8 @@ TEST(TacticRefinement, AMixOfTheVariantsIsKeptWhenItWinsAsAWhole) {
   ASSERT_TRUE(plan);
   // Variant A puts a/b on the reference, variant B puts c on it: the per-step winners are oneDNN
   // everywhere, a plan neither variant ran.
-  std::vector<ContestedKey> contested{{{at.at("a"), at.at("b")}, "reference", "onednn"}, {{at.at("c")}, "onednn", "reference"}};
+  std::vector<ContestedKey> contested{{{at.at("a"), at.at("b")}, "reference", "onednn", 0, 0, ""},
+                                      {{at.at("c")}, "onednn", "reference", 0, 0, ""}};
   Plan p = *plan;
   ASSERT_TRUE(refine_in_context(p, contested, inputs(), KernelRegistry::builtin(), 3).ok());
   EXPECT_EQ(contested[0].chosen, "onednn");
