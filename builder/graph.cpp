@@ -70,6 +70,15 @@ void Graph::compact() {
       if (o >= 0) values[o].producer = static_cast<int>(i);
 }
 
+std::optional<int64_t> Graph::scalar_int(int v) const {
+  if (v < 0 || !values[v].is_constant()) return std::nullopt;
+  const Tensor& t = values[v].constant;
+  if (t.numel() != 1) return std::nullopt;
+  if (t.dtype() == DType::kInt64) return t.as<int64_t>()[0];
+  if (t.dtype() == DType::kInt32) return t.as<int32_t>()[0];
+  return std::nullopt;
+}
+
 std::vector<bool> Graph::live_nodes() const {
   std::vector<bool> live(nodes.size(), false);
   std::vector<bool> needed(values.size(), false);

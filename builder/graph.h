@@ -78,6 +78,8 @@ class Graph {
   // Per node: whether some graph output depends on it. Folded shape arithmetic leaves dead readers
   // of a value until dead_node_elimination runs; passes that need a value's real readers skip them.
   std::vector<bool> live_nodes() const;
+  // The value of a one-element int64/int32 constant (a Slice bound, an axis), or nullopt.
+  std::optional<int64_t> scalar_int(int v) const;
   // Replaces every use of value `from` by value `to` (node inputs and graph outputs).
   void replace_uses(int from, int to);
   std::string describe_node(const Node& n) const;  // "node 'name' (OpType)"

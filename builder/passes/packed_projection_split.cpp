@@ -14,23 +14,13 @@
 #include "builder/passes/pass.h"
 
 namespace kiln {
-namespace {
-
-std::optional<int64_t> const_scalar(const Graph& g, int v) {
-  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
-  const Tensor& t = g.values[v].constant;
-  if (t.numel() != 1) return std::nullopt;
-  if (t.dtype() == DType::kInt64) return t.as<int64_t>()[0];
-  if (t.dtype() == DType::kInt32) return t.as<int32_t>()[0];
-  return std::nullopt;
-}
 
 // Columns [begin, end) of the last axis (of `n` columns) that Slice node `s` keeps, when it slices
 // only that axis with step 1 and constant bounds.
 std::optional<std::pair<int64_t, int64_t>> last_axis_columns(const Graph& g, const Node& s, int rank, int64_t n) {
   if (s.op_type != "Slice" || !s.domain.empty() || s.inputs.size() < 4 || s.outputs.size() != 1) return std::nullopt;
-  auto start = const_scalar(g, s.inputs[1]), end = const_scalar(g, s.inputs[2]), axis = const_scalar(g, s.inputs[3]);
-  const auto step = s.inputs.size() > 4 && s.inputs[4] >= 0 ? const_scalar(g, s.inputs[4]) : std::optional<int64_t>(1);
+  auto start = g.scalar_int(s.inputs[1]), end = g.scalar_int(s.inputs[2]), axis = g.scalar_int(s.inputs[3]);
+  const auto step = s.inputs.size() > 4 && s.inputs[4] >= 0 ? g.scalar_int(s.inputs[4]) : std::optional<int64_t>(1);
   if (!start || !end || !axis || step != 1) return std::nullopt;
   if (*axis != -1 && *axis != rank - 1) return std::nullopt;
   auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
@@ -38,6 +28,8 @@ std::optional<std::pair<int64_t, int64_t>> last_axis_columns(const Graph& g, con
   if (e <= b) return std::nullopt;
   return std::make_pair(b, e);
 }
+
+namespace {
 
 // Columns [begin, end) of a row-major [rows, cols] float tensor (rows = 1 for a vector).
 Tensor columns(const Tensor& t, int64_t begin, int64_t end) {

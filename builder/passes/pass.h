@@ -57,6 +57,10 @@ Status dead_node_elimination(Graph& g, PassContext& ctx);
 // what is known of its inputs. Never fails: what cannot be inferred stays unknown.
 // `ranges` (a profile's ranged symbols) lets Slice with symbolic bounds get a symbolic size.
 void infer_node(Graph& g, Node& n, const DimRanges& ranges = DimRanges{});
+// Columns [begin, end) of the last axis (of `n` columns, input rank `rank`) that Slice node `s`
+// keeps, when it slices only that axis with step 1 and constant bounds (packed_projection_split,
+// rotary_fusion).
+std::optional<std::pair<int64_t, int64_t>> last_axis_columns(const Graph& g, const Node& s, int rank, int64_t n);
 // Like infer_node, but returns the kernel's error when the node's (concrete) input shapes are
 // incompatible: used to check optimization profiles against the graph.
 Status check_node_shapes(Graph& g, Node& n);

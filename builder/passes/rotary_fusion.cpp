@@ -14,15 +14,6 @@
 namespace kiln {
 namespace {
 
-std::optional<int64_t> const_int(const Graph& g, int v) {
-  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
-  const Tensor& t = g.values[v].constant;
-  if (t.numel() != 1) return std::nullopt;
-  if (t.dtype() == DType::kInt64) return t.as<int64_t>()[0];
-  if (t.dtype() == DType::kInt32) return t.as<int32_t>()[0];
-  return std::nullopt;
-}
-
 const Node* producer(const Graph& g, int v, const char* op) {
   if (v < 0 || g.values[v].producer < 0) return nullptr;
   const Node& n = g.nodes[g.values[v].producer];
@@ -32,15 +23,11 @@ const Node* producer(const Graph& g, int v, const char* op) {
 // x[..., begin:end] on the last axis (of length D) with step 1: returns x.
 int last_axis_slice(const Graph& g, int v, int64_t D, int64_t begin, int64_t end) {
   const Node* s = producer(g, v, "Slice");
-  if (!s || s->inputs.size() < 4) return -1;
+  if (!s || s->inputs.empty() || s->inputs[0] < 0) return -1;
   const Value& x = g.values[s->inputs[0]];
   if (!x.shape) return -1;
-  const int64_t rank = static_cast<int64_t>(x.shape->size());
-  auto b = const_int(g, s->inputs[1]), e = const_int(g, s->inputs[2]), axis = const_int(g, s->inputs[3]);
-  auto step = s->inputs.size() > 4 && s->inputs[4] >= 0 ? const_int(g, s->inputs[4]) : std::optional<int64_t>(1);
-  if (!b || !e || !axis || step != 1 || (*axis != -1 && *axis != rank - 1)) return -1;
-  auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + D : i, 0, D); };
-  return clamp(*b) == begin && clamp(*e) == end ? s->inputs[0] : -1;
+  const auto cols = last_axis_columns(g, *s, static_cast<int>(x.shape->size()), D);
+  return cols && cols->first == begin && cols->second == end ? s->inputs[0] : -1;
 }
 
 // rotate_half(x) for the value `v`: returns x, or -1.
@@ -83,8 +70,9 @@ Status rotary_fusion(Graph& g, PassContext& ctx) {
       for (int a = 0; a < 2 && !done; ++a)
         for (int b = 0; b < 2 && !done; ++b) {
           const int x = mc->inputs[a], cos = mc->inputs[1 - a], rot = ms->inputs[b], sin = ms->inputs[1 - b];
+          if (x < 0 || cos < 0 || rot < 0 || sin < 0) continue;
           const Value& xv = g.values[x];
-          if (x < 0 || xv.dtype != DType::kFloat32 || !xv.shape || xv.shape->size() < 2) continue;
+          if (xv.dtype != DType::kFloat32 || !xv.shape || xv.shape->size() < 2) continue;
           const Dim& Dd = xv.shape->back();
           if (!Dd.is_known() || Dd.value <= 0 || Dd.value % 2 != 0) continue;
           const int64_t D = Dd.value;

@@ -64,15 +64,6 @@ struct Demand {
 
 const SymShape* shape_of(const Graph& g, int v) { return v >= 0 && g.values[v].shape ? &*g.values[v].shape : nullptr; }
 
-std::optional<int64_t> scalar_int(const Graph& g, int v) {
-  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
-  const Tensor& t = g.values[v].constant;
-  if (t.numel() != 1) return std::nullopt;
-  if (t.dtype() == DType::kInt64) return t.as<int64_t>()[0];
-  if (t.dtype() == DType::kInt32) return t.as<int32_t>()[0];
-  return std::nullopt;
-}
-
 int64_t int_attr(const Node& n, const char* name, int64_t def) {
   auto it = n.attrs.find(name);
   return it == n.attrs.end() ? def : it->second.i;
@@ -91,13 +82,13 @@ std::optional<Selection> selection_of(const Graph& g, const Node& n, int idx, co
   int64_t axis = 0;
   if (n.op_type == "Gather" && n.inputs.size() == 2) {
     const Value& iv = g.values[n.inputs[1]];
-    auto i = scalar_int(g, n.inputs[1]);
+    auto i = g.scalar_int(n.inputs[1]);
     if (!i || iv.constant.shape().rank() != 0) return std::nullopt;
     s.index = *i;
     axis = int_attr(n, "axis", 0);
   } else if (n.op_type == "Slice" && n.inputs.size() >= 4) {
-    auto start = scalar_int(g, n.inputs[1]), end = scalar_int(g, n.inputs[2]), ax = scalar_int(g, n.inputs[3]);
-    const auto step = n.inputs.size() > 4 ? scalar_int(g, n.inputs[4]) : std::optional<int64_t>(1);
+    auto start = g.scalar_int(n.inputs[1]), end = g.scalar_int(n.inputs[2]), ax = g.scalar_int(n.inputs[3]);
+    const auto step = n.inputs.size() > 4 ? g.scalar_int(n.inputs[4]) : std::optional<int64_t>(1);
     if (!start || !end || !ax || step != 1) return std::nullopt;
     axis = *ax;
     const bool to_end = *end >= std::numeric_limits<int32_t>::max();
