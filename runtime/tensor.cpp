@@ -1,5 +1,7 @@
 #include "runtime/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,8 +29,17 @@ Shape contiguous_strides(const Shape& s) {
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
   size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (rounded == 0) rounded = kTensorAlignment;
-  void* p = std::aligned_alloc(kTensorAlignment, rounded);
+  // Buffers of 2 MiB or more (weights, packed weights, KV caches, the activation arena) are
+  // 2 MiB-aligned and asked to be backed by transparent huge pages: this machine's THP mode is
+  // "madvise", so without the hint every buffer is 4 KiB pages, and a run that streams ~100 MB of
+  // weights and cache misses the TLB on every page. Measured (engine-run, 8 alternated pairs):
+  // ControlTransformer incremental step 0.984x, full forward 0.988x of the time without.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const bool huge = rounded >= kHugePage;
+  if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(huge ? kHugePage : kTensorAlignment, rounded);
   if (!p) return nullptr;
+  if (huge) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
   std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }

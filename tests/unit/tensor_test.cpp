@@ -28,4 +28,23 @@ TEST(DType, HalfRoundTrip) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.5f)), 1.5f);
 }
 
+// Large buffers are 2 MiB aligned (so they can be backed by huge pages) and zeroed to the end of
+// the rounded size; small ones keep the tensor alignment.
+TEST(AlignedAlloc, LargeBuffersAreHugePageAligned) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  for (size_t bytes : {kHugePage, kHugePage + 4, 3 * kHugePage + 100}) {
+    auto p = aligned_alloc_shared(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p.get()) % kHugePage, 0u) << bytes;
+    const auto* b = static_cast<const unsigned char*>(p.get());
+    EXPECT_EQ(b[0], 0);
+    EXPECT_EQ(b[bytes - 1], 0);
+  }
+  auto small = aligned_alloc_shared(1000);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % kTensorAlignment, 0u);
+  Tensor t = Tensor::zeros(DType::kFloat32, Shape{1024, 1024});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % kHugePage, 0u);
+}
+
 }  // namespace kiln
