@@ -144,10 +144,10 @@ bool summarizes_mask(const Params& p, const Geometry& g) {
   return p.mask == MaskKind::kBool && g.mask_stride[3] == 1;
 }
 
-// Classes of query tile q0's key tiles (of key_tile keys) in the mask plane starting at `mask`,
-// reading the tile's rows front to back.
-void classify_tiles(const bool* mask, const Geometry& g, int64_t q0, int64_t key_tile, uint8_t* classes) {
-  const int64_t nq = std::min(kTq, g.Sq - q0), Sk = g.Sk_total(), k_tiles = (Sk + key_tile - 1) / key_tile;
+// Classes of the key tiles (of key_tile keys) of query rows [q0, q0 + nq) in the mask plane
+// starting at `mask`, reading the rows front to back.
+void classify_tiles(const bool* mask, const Geometry& g, int64_t q0, int64_t nq, int64_t key_tile, uint8_t* classes) {
+  const int64_t Sk = g.Sk_total(), k_tiles = (Sk + key_tile - 1) / key_tile;
   constexpr int64_t kChunk = 256;
   bool any[kChunk], all[kChunk];
   for (int64_t c0 = 0; c0 < k_tiles; c0 += kChunk) {
@@ -208,13 +208,48 @@ void apply_explicit_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, in
   }
 }
 
-// One query tile against every key tile. `classes` (or null) are the tile classes of this query
-// tile's row of the mask summary.
-void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, const uint8_t* classes) {
+// Writes rows [q0, q0 + n) of the output: the accumulator rows over their softmax sums (a row
+// that saw no key is 0).
+void write_rows(const Problem& pr, const Scratch& sc, int64_t q0, int64_t n) {
+  const int64_t Dh = pr.g->Dh, Dhp = padded_dh(Dh);
+  for (int64_t i = 0; i < n; ++i) {
+    float* dst = pr.out + (q0 + i) * pr.out_row;
+    const float* o = sc.o + i * Dhp;
+    if (sc.l[i] > 0) {
+      const float inv = 1.0f / sc.l[i];
+      const __m256 iv = _mm256_set1_ps(inv);
+      int64_t d = 0;
+      for (; d + 8 <= Dh; d += 8) _mm256_storeu_ps(dst + d, _mm256_mul_ps(iv, _mm256_loadu_ps(o + d)));
+      for (; d < Dh; ++d) dst[d] = o[d] * inv;
+    } else {
+      std::memset(dst, 0, sizeof(float) * Dh);
+    }
+  }
+}
+
+// The key range [0, k_end) rows [q0, q0 + nq) may see, and the keys below all_visible_below that
+// all of them see (positional masks; otherwise every key).
+struct KeyRange {
+  int64_t k_end, all_visible_below;
+};
+KeyRange key_range(const Problem& pr, int64_t q0, int64_t nq) {
+  const Params& p = *pr.p;
+  const Geometry& g = *pr.g;
+  KeyRange r{g.Sk_total(), g.Sk_total()};
+  if (p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal) {
+    r.k_end = std::clamp<int64_t>(visible_limit(p, g.query_offset() + q0 + nq - 1), 0, r.k_end);
+    r.all_visible_below = visible_limit(p, g.query_offset() + q0);
+  }
+  return r;
+}
+
+// Rows [q0, q0 + nq) of a query tile against every key tile, queries on the vector lanes.
+// `classes` (or null) are the tile classes of this query tile's row of the mask summary.
+void lane_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nq, const uint8_t* classes) {
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
   const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
-  const int64_t nq = std::min(kTq, g.Sq - q0), nqp = round_up(nq, ops.query_pad);
+  const int64_t nqp = round_up(nq, ops.query_pad);
   ops.pack_q(pr.q + q0 * pr.q_row, pr.q_row, nq, nqp, Dh, p.scale, sc);
   std::memset(sc.o, 0, sizeof(float) * nqp * Dhp);
   std::fill(sc.m, sc.m + nqp, kNegInf);
@@ -225,16 +260,12 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
   const bool explicit_mask = p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive;
   // With a positional mask, keys at or past the last query's limit are hidden from the whole tile
   // and keys below the first query's limit are visible to all of it.
-  int64_t k_end = g.Sk_total(), all_visible_below = k_end;
-  if (positional) {
-    k_end = std::clamp<int64_t>(visible_limit(p, g.query_offset() + q0 + nq - 1), 0, k_end);
-    all_visible_below = visible_limit(p, g.query_offset() + q0);
-  }
+  const KeyRange range = key_range(pr, q0, nq);
   const float* krow[kTk];
   const float* vrow[kTk];
   KeyBits bits[kTq];
-  for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
-    const int64_t nk = std::min(ops.key_tile, k_end - k0), nkp = round_up(nk, ops.key_pad);
+  for (int64_t k0 = 0; k0 < range.k_end; k0 += ops.key_tile) {
+    const int64_t nk = std::min(ops.key_tile, range.k_end - k0), nkp = round_up(nk, ops.key_pad);
     TileCover cover;
     if (explicit_mask) {
       const uint8_t cls = classes ? classes[k0 / ops.key_tile] : uint8_t{kMixed};
@@ -251,23 +282,107 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_
     ops.score(kt, sc, nqp, Dh);
     if (explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all))
       apply_explicit_mask(pr, sc.s, q0, nq, k0, nk, bits);
-    if (positional && k0 + nk > all_visible_below) apply_positional_mask(pr, sc.s, q0, nq, k0, nk);
+    if (positional && k0 + nk > range.all_visible_below) apply_positional_mask(pr, sc.s, q0, nq, k0, nk);
     ops.update(kt, sc, nqp, Dh);
   }
   if (ops.finish) ops.finish();
-  for (int64_t i = 0; i < nq; ++i) {
-    float* dst = pr.out + (q0 + i) * pr.out_row;
-    const float* o = sc.o + i * Dhp;
-    if (sc.l[i] > 0) {
-      const float inv = 1.0f / sc.l[i];
-      const __m256 iv = _mm256_set1_ps(inv);
-      int64_t d = 0;
-      for (; d + 8 <= Dh; d += 8) _mm256_storeu_ps(dst + d, _mm256_mul_ps(iv, _mm256_loadu_ps(o + d)));
-      for (; d < Dh; ++d) dst[d] = o[d] * inv;
-    } else {
-      std::memset(dst, 0, sizeof(float) * Dh);
+  write_rows(pr, sc, q0, nq);
+}
+
+// Hides or adds the masks to few-row scores: sc.s rows of kTk keys, row r = query q0 + r.
+void mask_few_rows(const Problem& pr, float* s, int64_t q0, int64_t nr, int64_t k0, int64_t nk, const KeyBits* bits,
+                   bool explicit_mask_needed, bool positional_needed) {
+  const Params& p = *pr.p;
+  const Geometry& g = *pr.g;
+  if (explicit_mask_needed && p.mask == MaskKind::kBool) {
+    const KeyBits full = low_bits(nk);
+    for (int64_t r = 0; r < nr; ++r)
+      for (KeyBits hidden = ~bits[r] & full; hidden; hidden &= hidden - 1) s[r * kTk + __builtin_ctzll(hidden)] = kNegInf;
+  } else if (explicit_mask_needed) {
+    const int64_t si = g.mask_stride[2], sj = g.mask_stride[3];
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* m = static_cast<const float*>(pr.mask) + (q0 + r) * si + k0 * sj;
+      for (int64_t j = 0; j < nk; ++j) s[r * kTk + j] += m[j * sj];
     }
   }
+  if (positional_needed)
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t first_hidden = std::max<int64_t>(0, visible_limit(p, g.query_offset() + q0 + r) - k0);
+      for (int64_t j = first_hidden; j < nk; ++j) s[r * kTk + j] = kNegInf;
+    }
+}
+
+// Rows [q0, q0 + nr), nr <= kFewRows, against every key tile with the keys on the vector lanes
+// (TileOps::few_score): the same tiles, masks and online softmax as lane_rows.
+void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nr, const uint8_t* classes) {
+  const Params& p = *pr.p;
+  const Geometry& g = *pr.g;
+  const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
+  ops.pack_few(pr.q + q0 * pr.q_row, pr.q_row, nr, Dh, p.scale, sc);
+  std::memset(sc.o, 0, sizeof(float) * nr * Dhp);
+  std::fill(sc.m, sc.m + nr, kNegInf);
+  std::fill(sc.l, sc.l + nr, 0.0f);
+  const bool positional = p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal;
+  const bool explicit_mask = p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive;
+  const KeyRange range = key_range(pr, q0, nr);
+  const float* krow[kTk];
+  const float* vrow[kTk];
+  KeyBits bits[kTq];
+  for (int64_t k0 = 0; k0 < range.k_end; k0 += ops.key_tile) {
+    const int64_t nk = std::min(ops.key_tile, range.k_end - k0);
+    TileCover cover;
+    if (explicit_mask) {
+      const uint8_t cls = classes ? classes[k0 / ops.key_tile] : uint8_t{kMixed};
+      if (cls == kHidden) continue;
+      cover = cls == kShown ? TileCover{true, true} : mask_tile_cover(pr, q0, nr, k0, nk, bits);
+      if (!cover.any) continue;
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      krow[j] = pr.row(pr.k, k0 + j);
+      vrow[j] = pr.row(pr.v, k0 + j);
+    }
+    const KeyTile kt{krow, vrow, nk, nullptr, nullptr, k0};
+    ops.few_score(kt, sc, nr, Dh);
+    mask_few_rows(pr, sc.s, q0, nr, k0, nk, bits, explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all),
+                  positional && k0 + nk > range.all_visible_below);
+    ops.few_update(kt, sc, nr, Dh);
+  }
+  write_rows(pr, sc, q0, nr);
+}
+
+// How a problem's Sq query rows are cut into tiles: tiles of kTq rows on the vector lanes, in
+// whole vectors of query_pad rows (the last may be partial). When the rows past the last whole
+// vector are at most kFewRows and the CPU's tile code has the few-row path, they go to it instead
+// (an incremental step's 274 queries end in 2 rows; decoding has 1), appended to the last tile.
+// Tiles are not evened out: 272 rows as four of 64 and one of 16 measured faster on 2 threads than
+// as 48, 48, 64, 48, 64 (engine-run, incremental step, 8 alternated pairs: 0.984x vs 0.998x of
+// the time without the few-row path), although the 16-row tile's score kernel runs below the FMA
+// rate (one query vector per broadcast key): a small last tile per head evens out the threads.
+struct QueryTiling {
+  int64_t tiles = 0, per_tile = 1, lane_rows = 0, few = 0;
+  int64_t lane_begin(int64_t t) const { return std::min(lane_rows, t * per_tile); }
+  int64_t lane_end(int64_t t) const { return t + 1 == tiles ? lane_rows : std::min(lane_rows, (t + 1) * per_tile); }
+  // All rows of tile t, the few rows included.
+  int64_t rows(int64_t t) const { return lane_end(t) - lane_begin(t) + (t + 1 == tiles ? few : 0); }
+};
+
+QueryTiling query_tiling(const TileOps& ops, int64_t Sq, bool packed_heads) {
+  QueryTiling q;
+  if (Sq <= 0) return q;
+  const int64_t tail = Sq % ops.query_pad;
+  q.few = ops.few_score && !packed_heads && tail <= kFewRows ? tail : 0;
+  q.lane_rows = Sq - q.few;
+  q.per_tile = kTq;
+  q.tiles = std::max<int64_t>(1, (q.lane_rows + kTq - 1) / kTq);
+  return q;
+}
+
+// Query tile t: its rows on the vector lanes, then the few-row tail where tiling gave it one.
+void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, const QueryTiling& qt, int64_t t,
+                const uint8_t* classes) {
+  const int64_t q0 = qt.lane_begin(t), n = qt.lane_end(t) - q0;
+  if (n > 0) lane_rows(pr, ops, sc, q0, n, classes);
+  if (t + 1 == qt.tiles && qt.few > 0) few_rows(pr, ops, sc, qt.lane_rows, qt.few, classes);
 }
 
 }  // namespace
@@ -316,6 +431,7 @@ size_t head_bytes(const TileOps& ops, const Geometry& g) {
 size_t mask_summary_bytes(const Params& p, const Geometry& g) {
   if (p.mask != MaskKind::kBool) return 0;
   constexpr int64_t kSmallestKeyTile = 48;
+  // query_tiling never makes more than ceil(Sq / kTq) tiles.
   const int64_t q_tiles = (g.Sq + kTq - 1) / kTq, k_tiles = (g.Sk_total() + kSmallestKeyTile - 1) / kSmallestKeyTile;
   return aligned_bytes(g.B * g.H * q_tiles * k_tiles);
 }
@@ -330,13 +446,14 @@ size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
 
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> in,
                      std::span<const TensorView> out, void* workspace, int slots) {
-  const int64_t q_tiles = (g.Sq + kTq - 1) / kTq;
+  const TileOps ops = tile_ops(p);
+  const size_t head = head_bytes(ops, g);
+  const QueryTiling tiling = query_tiling(ops, g.Sq, head > 0);
+  const int64_t q_tiles = tiling.tiles;
   const int64_t work = g.B * g.H * q_tiles;
   if (work > 0 && g.Dh > 0) {
     if (!workspace || slots < 1) return Internal("kiln::Attention: run without its workspace");
     const size_t stride = scratch_bytes(g.Dh);
-    const TileOps ops = tile_ops(p);
-    const size_t head = head_bytes(ops, g);
     char* packed = reinterpret_cast<char*>(round_up(reinterpret_cast<uintptr_t>(workspace), kAlign));
     uint8_t* summary = reinterpret_cast<uint8_t*>(packed + 2 * head * static_cast<size_t>(g.B * g.H));
     char* base = reinterpret_cast<char*>(summary) + mask_summary_bytes(p, g);
@@ -376,7 +493,7 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
         for (int64_t t = 0; t < plane_b * plane_h * q_tiles; ++t) {
           const int64_t b = t / q_tiles / plane_h, h = t / q_tiles % plane_h, qt = t % q_tiles;
           const bool* plane = in[kMask].as<const bool>() + b * g.mask_stride[0] + h * g.mask_stride[1];
-          classify_tiles(plane, g, qt * kTq, ops.key_tile, classes(b, h, qt));
+          classify_tiles(plane, g, tiling.lane_begin(qt), tiling.rows(qt), ops.key_tile, classes(b, h, qt));
         }
       }
 #pragma omp for schedule(dynamic, 1)
@@ -405,7 +522,7 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
                                               : static_cast<const void*>(in[kMask].as<const float>() + off);
         }
         const int64_t qt = w % q_tiles;
-        query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), qt * kTq,
+        query_tile(pr, ops, carve_scratch(base + stride * omp_get_thread_num(), g.Dh), tiling, qt,
                    summarized ? classes(b, h, qt) : nullptr);
       }
     }

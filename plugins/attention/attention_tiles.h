@@ -80,7 +80,18 @@ struct TileOps {
   // When not null: converts a (batch, head)'s Sk K and V rows once, before its query tiles, into
   // bf16_head_bytes(Sk, Dh) bytes each at kdst and vdst (KeyTile::kpacked and vpacked).
   void (*pack_head)(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
+  // When not null: up to kFewRows query rows with the keys on the vector lanes instead, for a
+  // tile's last nq % query_pad rows (and decoding's single row), which the lanes would pad to a
+  // whole vector: an incremental step's 274 queries are 17 vectors and 2 rows.
+  //   pack_few:   sc.q = scale * Q rows as [nr, Dhp], zero past Dh.
+  //   few_score:  sc.s[r * kTk + j] = <Q_r, K_j> for j < kt.nk.
+  //   few_update: online softmax of those rows (masked scores are -inf), then
+  //               o[r] = alpha[r] * o[r] + sum_j P[r, j] * V_j (sc.o rows of Dhp).
+  void (*pack_few)(const float* q, int64_t q_row, int64_t nr, int64_t Dh, float scale, const Scratch& sc);
+  void (*few_score)(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh);
+  void (*few_update)(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh);
 };
+constexpr int64_t kFewRows = 4;
 
 TileOps avx2_tile_ops();
 TileOps avx512_tile_ops();    // needs AVX-512 F, BW, DQ, VL

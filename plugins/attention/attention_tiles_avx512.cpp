@@ -252,6 +252,126 @@ void update_f32(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
   }
 }
 
+// ---- f32, few query rows: keys on the lanes ---------------------------------------------------
+// A score is a dot product over Dh: 16 keys' products accumulate in 16 vectors, which one 16 x 16
+// transpose and an add tree turn into the 16 keys' scores. For one or two rows this costs a sixth
+// to a third of the lane path's padded query vector.
+
+void pack_few_f32(const float* q, int64_t q_row, int64_t nr, int64_t Dh, float scale, const Scratch& sc) {
+  float* qs = static_cast<float*>(sc.q);
+  const int64_t Dhp = padded_dh(Dh);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t d = 0; d < Dhp; d += 16)
+      _mm512_storeu_ps(qs + r * Dhp + d, _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(lanes(Dh - d), q + r * q_row + d)));
+}
+
+// Lane u of the result = the sum of v[u]'s 16 lanes.
+inline __m512 lane_sums(__m512i v[16]) {
+  transpose16(v);
+#pragma GCC unroll 8
+  for (int w = 8; w >= 1; w /= 2)
+#pragma GCC unroll 8
+    for (int u = 0; u < w; ++u) v[u] = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(v[u]), _mm512_castsi512_ps(v[u + w])));
+  return _mm512_castsi512_ps(v[0]);
+}
+
+void few_score_f32(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh) {
+  const float* qs = static_cast<const float*>(sc.q);
+  const int64_t Dhp = padded_dh(Dh);
+  for (int64_t j0 = 0; j0 < kt.nk; j0 += 16) {
+    const int64_t n = imin(16, kt.nk - j0);
+    for (int64_t r = 0; r < nr; ++r) {
+      __m512i acc[16];
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u) acc[u] = _mm512_setzero_si512();
+      for (int64_t d = 0; d < Dh; d += 16) {
+        const __mmask16 m = lanes(Dh - d);
+        const __m512 qv = _mm512_loadu_ps(qs + r * Dhp + d);
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; ++u)
+          if (u < n)
+            acc[u] = _mm512_castps_si512(
+                _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, kt.krow[j0 + u] + d), qv, _mm512_castsi512_ps(acc[u])));
+      }
+      _mm512_storeu_ps(sc.s + r * kTk + j0, lane_sums(acc));
+    }
+  }
+}
+
+// o[r, d0 + 16 z] = alpha[r] * o[r, ...] + sum_j p[r, j] * V_j[d0 + 16 z] for NR rows by NZ vectors.
+template <int NR, int NZ>
+inline void few_pv(const KeyTile& kt, const Scratch& sc, int64_t d0, __mmask16 last, int64_t Dhp) {
+  __m512 c[NR][NZ];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m512 a = _mm512_set1_ps(sc.alpha[r]);
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_mul_ps(a, _mm512_loadu_ps(sc.o + r * Dhp + d0 + 16 * z));
+  }
+  for (int64_t j = 0; j < kt.nk; ++j) {
+    const float* v = kt.vrow[j] + d0;
+    __m512 b[NZ];
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) b[z] = z + 1 < NZ ? _mm512_loadu_ps(v + 16 * z) : _mm512_maskz_loadu_ps(last, v + 16 * z);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const __m512 x = _mm512_set1_ps(sc.s[r * kTk + j]);
+#pragma GCC unroll 4
+      for (int z = 0; z < NZ; ++z) c[r][z] = _mm512_fmadd_ps(x, b[z], c[r][z]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(sc.o + r * Dhp + d0 + 16 * z, c[r][z]);
+}
+
+template <int NR>
+void few_pv_rows(const KeyTile& kt, const Scratch& sc, int64_t Dh) {
+  const int64_t Dhp = padded_dh(Dh);
+  for (int64_t d0 = 0; d0 < Dh; d0 += 64) {
+    const int64_t nz = imin(4, idiv_up(Dh - d0, 16));
+    const __mmask16 last = lanes(Dh - d0 - 16 * (nz - 1));
+    switch (nz) {
+      case 4: few_pv<NR, 4>(kt, sc, d0, last, Dhp); break;
+      case 3: few_pv<NR, 3>(kt, sc, d0, last, Dhp); break;
+      case 2: few_pv<NR, 2>(kt, sc, d0, last, Dhp); break;
+      default: few_pv<NR, 1>(kt, sc, d0, last, Dhp); break;
+    }
+  }
+}
+
+void few_update_f32(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh) {
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  for (int64_t r = 0; r < nr; ++r) {
+    float* s = sc.s + r * kTk;
+    __m512 mx = neg_inf;
+    for (int64_t j0 = 0; j0 < kt.nk; j0 += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, lanes(kt.nk - j0), s + j0));
+    const float m_old = sc.m[r];
+    const float m_new = m_old > _mm512_reduce_max_ps(mx) ? m_old : _mm512_reduce_max_ps(mx);
+    // Nothing visible yet: subtract 0, so exp(-inf) = 0 weights instead of NaN.
+    const __m512 sub = _mm512_set1_ps(m_new == kNegInf ? 0.0f : m_new);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < kt.nk; j0 += 16) {
+      // Lanes past the tile's keys load -inf and store weight 0.
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(neg_inf, lanes(kt.nk - j0), s + j0), sub));
+      _mm512_storeu_ps(s + j0, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    const float alpha = _mm512_cvtss_f32(exp16(_mm512_sub_ps(_mm512_set1_ps(m_old), sub)));
+    sc.alpha[r] = alpha;
+    sc.l[r] = sc.l[r] * alpha + _mm512_reduce_add_ps(sum);
+    sc.m[r] = m_new;
+  }
+  switch (nr) {
+    case 1: few_pv_rows<1>(kt, sc, Dh); break;
+    case 2: few_pv_rows<2>(kt, sc, Dh); break;
+    case 3: few_pv_rows<3>(kt, sc, Dh); break;
+    default: few_pv_rows<4>(kt, sc, Dh); break;
+  }
+}
+
 // ---- bf16 on AMX ---------------------------------------------------------------------------
 // Every tile register is 16 rows of 64 bytes: 16 f32, or 16 bf16 pairs. tdpbf16ps multiplies bf16
 // pairs along the reduction axis, so B operands keep each pair adjacent ("VNNI" layout).
@@ -448,10 +568,10 @@ void pack_head_amx(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh,
 }  // namespace
 
 TileOps avx512_tile_ops() {
-  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr};
+  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr, pack_few_f32, few_score_f32, few_update_f32};
 }
 TileOps amx_bf16_tile_ops() {
-  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx};
+  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx, nullptr, nullptr, nullptr};
 }
 
 }  // namespace kiln::attention

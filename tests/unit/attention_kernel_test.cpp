@@ -269,6 +269,20 @@ TEST(AttentionKernel, MatchesReferenceWithCache) {
 }
 
 // The AVX2 tile code (the default on machines without AVX-512) on the same shapes.
+// A query tile's last 1-4 rows (past whole 16-query vectors) take the few-row path, keys on the
+// lanes: every remainder, head sizes below, at and past one 64-float block, with and without a
+// cache, every mask kind.
+TEST(AttentionKernel, FewRowTailsMatchReference) {
+  sweep({{1, 2, 7, 3, 3, 0, false},
+         {2, 1, 80, 19, 19, 40, true},
+         {1, 3, 128, 35, 35, 0, false},
+         {1, 2, 64, 66, 66, 300, true},
+         {2, 1, 1, 67, 67, 5, true},
+         {1, 2, 40, 68, 68, 0, false},
+         {1, 1, 64, 273, 273, 1370, true},
+         {2, 2, 17, 1, 1, 50, true}});
+}
+
 TEST(AttentionKernel, Avx2PathMatchesReference) {
   attention::allow_avx512(false);
   sweep({{2, 3, 7, 5, 5, 1, true},
