@@ -109,8 +109,15 @@ KernelOr make_concat(const KernelArgs&, AttrReader& attrs) {
           const char* src = static_cast<const char*>(t.data);
           // An input already in place (a streaming cache the output grows from) is not copied.
           if (chunk > 0 && !(outer == 1 && src == dst + offset)) {
-#pragma omp parallel for schedule(static) if (outer * chunk >= kParallelBytes && outer > 1)
-            for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + offset, src + o * chunk, chunk);
+            // Rows cut into pieces, so a few long rows (a cached sequence joined with a step's new
+            // tokens: one 2.1 MB row) are copied by every thread too.
+            constexpr int64_t kPiece = int64_t{1} << 16;
+            const int64_t pieces = (chunk + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (outer * chunk >= kParallelBytes && outer * pieces > 1)
+            for (int64_t t = 0; t < outer * pieces; ++t) {
+              const int64_t o = t / pieces, b = t % pieces * kPiece;
+              std::memcpy(dst + o * out_row + offset + b, src + o * chunk + b, static_cast<size_t>(std::min(kPiece, chunk - b)));
+            }
           }
           offset += chunk;
         }

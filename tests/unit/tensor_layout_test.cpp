@@ -111,6 +111,23 @@ TEST(TensorConcat, NegativeAxisAndEmptyInput) {
   EXPECT_EQ(values<int32_t>(y0), (std::vector<int32_t>{0, 1, 2, 3, 7, 8}));
 }
 
+// Long rows are copied in 64 KiB pieces over the threads: one row (a cached sequence joined with
+// new tokens, outer = 1) and a few rows, with sizes that are not whole pieces.
+TEST(TensorConcat, LongRowsCopiedInPieces) {
+  for (int64_t outer : {1, 3}) {
+    Tensor a = iota<float>(Shape{outer, 1370, 49}), b = iota<float>(Shape{outer, 274, 49}, 1e6f);
+    Tensor y = run1("Concat", {{"axis", Attribute::Int(1)}}, {a, b});
+    ASSERT_EQ(y.shape(), (Shape{outer, 1644, 49}));
+    bool same = true;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < 1644 * 49; ++i) {
+        const float want = i < 1370 * 49 ? a.as<float>()[o * 1370 * 49 + i] : b.as<float>()[o * 274 * 49 + i - 1370 * 49];
+        same &= y.as<float>()[o * 1644 * 49 + i] == want;
+      }
+    EXPECT_TRUE(same) << "outer " << outer;
+  }
+}
+
 TEST(TensorConcat, BoolAndErrors) {
   Tensor a = make<bool>({true, false}, Shape{2}), b = make<bool>({false}, Shape{1});
   Tensor y = run1("Concat", {{"axis", Attribute::Int(0)}}, {a, b});
