@@ -243,6 +243,24 @@ KeyRange key_range(const Problem& pr, int64_t q0, int64_t nq) {
   return r;
 }
 
+// Whether key tile [k0, k0 + nk) has anything visible to rows [q0, q0 + nq) under an explicit mask,
+// and (in `cover`, `bits`) how much: from the tile's class in the mask summary when there is one.
+bool explicit_tile_visible(const Problem& pr, const uint8_t* classes, int64_t key_tile, int64_t q0, int64_t nq, int64_t k0,
+                           int64_t nk, KeyBits* bits, TileCover* cover) {
+  const uint8_t cls = classes ? classes[k0 / key_tile] : uint8_t{kMixed};
+  if (cls == kHidden) return false;
+  *cover = cls == kShown ? TileCover{true, true} : mask_tile_cover(pr, q0, nq, k0, nk, bits);
+  return cover->any;
+}
+
+// Points krow / vrow at the K and V rows of keys [k0, k0 + nk).
+void key_rows(const Problem& pr, int64_t k0, int64_t nk, const float** krow, const float** vrow) {
+  for (int64_t j = 0; j < nk; ++j) {
+    krow[j] = pr.row(pr.k, k0 + j);
+    vrow[j] = pr.row(pr.v, k0 + j);
+  }
+}
+
 // Rows [q0, q0 + nq) of a query tile against every key tile, queries on the vector lanes.
 // `classes` (or null) are the tile classes of this query tile's row of the mask summary.
 void lane_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nq, const uint8_t* classes) {
@@ -267,16 +285,8 @@ void lane_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t
   for (int64_t k0 = 0; k0 < range.k_end; k0 += ops.key_tile) {
     const int64_t nk = std::min(ops.key_tile, range.k_end - k0), nkp = round_up(nk, ops.key_pad);
     TileCover cover;
-    if (explicit_mask) {
-      const uint8_t cls = classes ? classes[k0 / ops.key_tile] : uint8_t{kMixed};
-      if (cls == kHidden) continue;
-      cover = cls == kShown ? TileCover{true, true} : mask_tile_cover(pr, q0, nq, k0, nk, bits);
-      if (!cover.any) continue;
-    }
-    for (int64_t j = 0; j < nk; ++j) {
-      krow[j] = pr.row(pr.k, k0 + j);
-      vrow[j] = pr.row(pr.v, k0 + j);
-    }
+    if (explicit_mask && !explicit_tile_visible(pr, classes, ops.key_tile, q0, nq, k0, nk, bits, &cover)) continue;
+    key_rows(pr, k0, nk, krow, vrow);
     for (int64_t j = nk; j < nkp; ++j) krow[j] = vrow[j] = sc.zero;
     const KeyTile kt{krow, vrow, nk, pr.kpacked, pr.vpacked, k0};
     ops.score(kt, sc, nqp, Dh);
@@ -331,16 +341,8 @@ void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t 
   for (int64_t k0 = 0; k0 < range.k_end; k0 += ops.key_tile) {
     const int64_t nk = std::min(ops.key_tile, range.k_end - k0);
     TileCover cover;
-    if (explicit_mask) {
-      const uint8_t cls = classes ? classes[k0 / ops.key_tile] : uint8_t{kMixed};
-      if (cls == kHidden) continue;
-      cover = cls == kShown ? TileCover{true, true} : mask_tile_cover(pr, q0, nr, k0, nk, bits);
-      if (!cover.any) continue;
-    }
-    for (int64_t j = 0; j < nk; ++j) {
-      krow[j] = pr.row(pr.k, k0 + j);
-      vrow[j] = pr.row(pr.v, k0 + j);
-    }
+    if (explicit_mask && !explicit_tile_visible(pr, classes, ops.key_tile, q0, nr, k0, nk, bits, &cover)) continue;
+    key_rows(pr, k0, nk, krow, vrow);
     const KeyTile kt{krow, vrow, nk, nullptr, nullptr, k0};
     ops.few_score(kt, sc, nr, Dh);
     mask_few_rows(pr, sc.s, q0, nr, k0, nk, bits, explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all),
@@ -359,9 +361,9 @@ void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t 
 // the time without the few-row path), although the 16-row tile's score kernel runs below the FMA
 // rate (one query vector per broadcast key): a small last tile per head evens out the threads.
 struct QueryTiling {
-  int64_t tiles = 0, per_tile = 1, lane_rows = 0, few = 0;
-  int64_t lane_begin(int64_t t) const { return std::min(lane_rows, t * per_tile); }
-  int64_t lane_end(int64_t t) const { return t + 1 == tiles ? lane_rows : std::min(lane_rows, (t + 1) * per_tile); }
+  int64_t tiles = 0, lane_rows = 0, few = 0;
+  int64_t lane_begin(int64_t t) const { return std::min(lane_rows, t * kTq); }
+  int64_t lane_end(int64_t t) const { return std::min(lane_rows, (t + 1) * kTq); }
   // All rows of tile t, the few rows included.
   int64_t rows(int64_t t) const { return lane_end(t) - lane_begin(t) + (t + 1 == tiles ? few : 0); }
 };
@@ -372,7 +374,6 @@ QueryTiling query_tiling(const TileOps& ops, int64_t Sq, bool packed_heads) {
   const int64_t tail = Sq % ops.query_pad;
   q.few = ops.few_score && !packed_heads && tail <= kFewRows ? tail : 0;
   q.lane_rows = Sq - q.few;
-  q.per_tile = kTq;
   q.tiles = std::max<int64_t>(1, (q.lane_rows + kTq - 1) / kTq);
   return q;
 }

@@ -348,8 +348,8 @@ void few_update_f32(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh
     float* s = sc.s + r * kTk;
     __m512 mx = neg_inf;
     for (int64_t j0 = 0; j0 < kt.nk; j0 += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, lanes(kt.nk - j0), s + j0));
-    const float m_old = sc.m[r];
-    const float m_new = m_old > _mm512_reduce_max_ps(mx) ? m_old : _mm512_reduce_max_ps(mx);
+    const float m_old = sc.m[r], m_tile = _mm512_reduce_max_ps(mx);
+    const float m_new = m_old > m_tile ? m_old : m_tile;
     // Nothing visible yet: subtract 0, so exp(-inf) = 0 weights instead of NaN.
     const __m512 sub = _mm512_set1_ps(m_new == kNegInf ? 0.0f : m_new);
     __m512 sum = _mm512_setzero_ps();

@@ -268,7 +268,6 @@ TEST(AttentionKernel, MatchesReferenceWithCache) {
          {2, 1, 1, 274, 274, 1, true}});
 }
 
-// The AVX2 tile code (the default on machines without AVX-512) on the same shapes.
 // A query tile's last 1-4 rows (past whole 16-query vectors) take the few-row path, keys on the
 // lanes: every remainder, head sizes below, at and past one 64-float block, with and without a
 // cache, every mask kind.
@@ -283,6 +282,7 @@ TEST(AttentionKernel, FewRowTailsMatchReference) {
          {2, 2, 17, 1, 1, 50, true}});
 }
 
+// The AVX2 tile code (the default on machines without AVX-512) on the same shapes.
 TEST(AttentionKernel, Avx2PathMatchesReference) {
   attention::allow_avx512(false);
   sweep({{2, 3, 7, 5, 5, 1, true},
