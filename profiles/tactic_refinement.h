@@ -8,9 +8,9 @@
 // timing put layer3's 3x3 convolutions on Winograd at 0.72 vs 1.03 ms, while inside the network
 // Winograd took 1.28 ms against the direct convolution's 1.23.
 //
-// So the steps whose isolated runner-up came within kContestedRatio of the best (and that take at
-// least kContestedMinShare of a run: whole runs cannot resolve less, and cost seconds on a large
-// transformer) are decided again inside the network: the plan runs with every contested step on
+// So the steps whose isolated runner-up came within kContestedRatio of the best (and whose cache
+// key, all the steps sharing it together, takes at least kContestedMinShare of a run: whole runs
+// cannot resolve less, and cost seconds on a large transformer) are decided again inside the network: the plan runs with every contested step on
 // its isolated best (A) and on its runner-up (B), alternating, with per-step timing, and each
 // contested key takes the candidate with the smaller summed per-step median. When that mix is neither A nor B it is run against both
 // and kept only if its median run time is the smallest (a step's time can depend on its
@@ -26,8 +26,8 @@
 
 namespace kiln {
 
-// Isolated times within this ratio of the best are re-judged in context, for steps whose best
-// isolated time is at least this share of a whole run.
+// Isolated times within this ratio of the best are re-judged in context, for keys whose best
+// isolated time, times the steps sharing the key, is at least this share of a whole run.
 constexpr double kContestedRatio = 2.0;
 constexpr double kContestedMinShare = 0.01;
 

@@ -206,35 +206,49 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
   std::vector<std::string> contested_keys;
   std::map<std::string, size_t> contested_index;
   std::vector<size_t> decision_of(plan.steps.size(), 0);
+  // A step's cache key: op, candidates, input dtypes and shapes (weights marked), attributes and
+  // machine. Steps with equal keys take one choice.
+  auto key_of = [&](const PlanStep& step) {
+    std::string key = step.op_type + "|";
+    for (const auto* e : candidates(step)) key += e->impl + ",";
+    key += "|";
+    for (const int v : step.inputs) {
+      if (v < 0) {
+        key += "-;";
+      } else if (plan.values[v].constant >= 0) {
+        const Tensor& c = plan.constants[plan.values[v].constant];
+        key += "w" + dtype_name(c.dtype()) + c.shape().str() + ";";
+      } else {
+        const TensorDesc d = ctx->value_desc(v);
+        key += dtype_name(d.dtype) + d.shape.str() + ";";
+      }
+    }
+    return key + "|" + attrs_key(step.attrs) + machine;
+  };
+  // How many steps share each key: a choice weighs in a run by all of them (the ControlTransformer
+  // step's 21 Q/K/V projections are 0.5 % of a run each, 11 % together).
+  std::map<std::string, int> steps_with_key;
+  for (size_t s : candidates_steps)
+    if (timeable(plan, plan.steps[s], *ctx)) ++steps_with_key[key_of(plan.steps[s])];
   for (size_t s : candidates_steps) {
     PlanStep& step = plan.steps[s];
     if (!timeable(plan, step, *ctx)) continue;
     const auto impls = candidates(step);
-    std::string key = step.op_type + "|";
-    for (const auto* e : impls) key += e->impl + ",";
-    key += "|";
+    const std::string key = key_of(step);
     std::vector<Tensor> random;
     std::vector<TensorView> in;
-    for (size_t k = 0; k < step.inputs.size(); ++k) {
-      const int v = step.inputs[k];
+    for (const int v : step.inputs) {
       if (v < 0) {
         in.push_back(TensorView{});
-        key += "-;";
-        continue;
+      } else if (plan.values[v].constant >= 0) {
+        in.push_back(plan.constants[plan.values[v].constant].view());
+      } else {
+        const TensorDesc d = ctx->value_desc(v);
+        KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(plan.values[v].name, d.dtype, d.shape, nullptr));
+        random.push_back(std::move(t));
+        in.push_back(random.back().view());
       }
-      if (plan.values[v].constant >= 0) {
-        const Tensor& c = plan.constants[plan.values[v].constant];
-        in.push_back(c.view());
-        key += "w" + dtype_name(c.dtype()) + c.shape().str() + ";";
-        continue;
-      }
-      const TensorDesc d = ctx->value_desc(v);
-      KILN_ASSIGN_OR_RETURN(Tensor t, generate_input(plan.values[v].name, d.dtype, d.shape, nullptr));
-      random.push_back(std::move(t));
-      in.push_back(random.back().view());
-      key += dtype_name(d.dtype) + d.shape.str() + ";";
     }
-    key += "|" + attrs_key(step.attrs) + machine;
     TacticDecision dec{step.name, step.op_type, "", false, {}, {}};
     if (const std::string* hit = cache.find(key); hit && std::any_of(impls.begin(), impls.end(), [&](auto* e) { return e->impl == *hit; })) {
       dec.chosen = *hit;
@@ -260,9 +274,9 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
       const TacticTiming* second = nullptr;
       for (const auto& t : dec.timings)
         if (t.unavailable.empty() && t.ms >= 0 && t.impl != dec.chosen && (!second || t.ms < second->ms)) second = &t;
-      // Whole runs decide only steps that weigh in them: deciding a 0.05 ms MatMul of a 500 ms
+      // Whole runs decide only keys that weigh in them: deciding a 0.05 ms MatMul of a 500 ms
       // transformer run that way would cost seconds for nothing measurable.
-      if (second && best > 0 && second->ms < kContestedRatio * best && best >= kContestedMinShare * run_ms) {
+      if (second && best > 0 && second->ms < kContestedRatio * best && best * steps_with_key[key] >= kContestedMinShare * run_ms) {
         contested_index[key] = contested.size();
         contested.push_back({{s}, dec.chosen, second->impl, 0, 0, ""});
         contested_keys.push_back(key);

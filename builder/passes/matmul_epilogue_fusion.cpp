@@ -1,7 +1,7 @@
 // matmul_epilogue_fusion: PyTorch exports nn.Linear as MatMul(x, W^T) + Add(bias) (Gemm when x is
 // 2-D), GELU at opset 17 as Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (Gelu from opset 20),
 // and a residual connection as another Add. Each MatMul (or Gemm) with a constant 2-D float32
-// weight becomes one FusedMatMul node (runtime/kernels/onednn_fused_matmul_kernels.cpp) computing
+// weight becomes one FusedMatMul node (runtime/kernels/fused_matmul_kernels.cpp) computing
 //   act(A x W + bias) + residual
 // in one oneDNN matmul with post-ops and a weight prepacked once, instead of a matmul plus up to
 // seven elementwise passes over the output. Every intermediate value must have a single consumer

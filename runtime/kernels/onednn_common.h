@@ -104,6 +104,6 @@ dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);
 
 void register_onednn_matmul_kernels(KernelRegistry& r);
 void register_onednn_conv_kernels(KernelRegistry& r);
-void register_onednn_fused_matmul_kernels(KernelRegistry& r);
+void register_fused_matmul_kernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -1,11 +1,11 @@
 // oneDNN-backed MatMul, Gemm (onednn_matmul_kernels.cpp) and Conv (onednn_conv_kernels.cpp), plus
 // the shared primitive runner.
 #include <algorithm>
-#include <mutex>
 
 #include "runtime/kernels/families.h"
 #include "runtime/engine_format.h"
 #include "runtime/kernels/onednn_common.h"
+#include "runtime/kernels/packed_weights.h"
 
 namespace kiln {
 
@@ -89,37 +89,24 @@ StatusOr<const void*> OnednnConvert::run(const void* src, const dnnl::stream& s)
   return static_cast<const void*>(buffer_.get());
 }
 
-namespace {
-struct PackedEntry {
-  const void* src;
-  dnnl::memory::desc src_md, packed_md;
-  uint64_t checksum;
-  std::weak_ptr<void> packed;
-};
-}  // namespace
-
 StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, const dnnl::memory::desc& src_md,
                                                       const dnnl::memory::desc& packed_md) {
-  static std::mutex mu;
-  static std::vector<PackedEntry> cache;
-  const uint64_t sum = checksum64(src, src_md.get_size());
-  std::lock_guard<std::mutex> lock(mu);
-  std::erase_if(cache, [](const PackedEntry& e) { return e.packed.expired(); });
-  for (const auto& e : cache)
-    if (e.src == src && e.checksum == sum && e.src_md == src_md && e.packed_md == packed_md)
-      if (auto p = e.packed.lock()) return p;
-  std::shared_ptr<void> packed = aligned_alloc_shared(packed_md.get_size());
-  try {
-    dnnl::stream s(onednn_engine());
-    dnnl::memory from(src_md, onednn_engine(), const_cast<void*>(src));
-    dnnl::memory to(packed_md, onednn_engine(), packed.get());
-    dnnl::reorder(from, to).execute(s, from, to);
-    s.wait();
-  } catch (const dnnl::error& e) {
-    return Internal(std::string("oneDNN weight reorder failed: ") + e.what());
-  }
-  cache.push_back({src, src_md, packed_md, sum, packed});
-  return packed;
+  // The descriptors' bytes name the layouts (oneDNN zero-fills them): equal bytes, equal layouts.
+  std::string layout("onednn:");
+  layout.append(reinterpret_cast<const char*>(&src_md.data), sizeof(src_md.data));
+  layout.append(reinterpret_cast<const char*>(&packed_md.data), sizeof(packed_md.data));
+  return shared_packed_weights(src, src_md.get_size(), layout, packed_md.get_size(), [&](void* dst) -> Status {
+    try {
+      dnnl::stream s(onednn_engine());
+      dnnl::memory from(src_md, onednn_engine(), const_cast<void*>(src));
+      dnnl::memory to(packed_md, onednn_engine(), dst);
+      dnnl::reorder(from, to).execute(s, from, to);
+      s.wait();
+    } catch (const dnnl::error& e) {
+      return Internal(std::string("oneDNN weight reorder failed: ") + e.what());
+    }
+    return Status::Ok();
+  });
 }
 
 dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims) {
@@ -131,7 +118,7 @@ dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims) {
 void register_onednn_kernels(KernelRegistry& r) {
   register_onednn_matmul_kernels(r);
   register_onednn_conv_kernels(r);
-  register_onednn_fused_matmul_kernels(r);
+  register_fused_matmul_kernels(r);
 }
 
 }  // namespace kiln

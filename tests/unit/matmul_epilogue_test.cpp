@@ -1,5 +1,5 @@
-// FusedMatMul (act(A x W + bias) + residual on one oneDNN matmul) against the unfused reference
-// computed here (reference MatMul, then the epilogue in double), at shapes that divide no tile;
+// FusedMatMul (act(A x W + bias) + residual on one oneDNN matmul, or on kiln's panel kernel)
+// against the unfused reference computed here (reference MatMul, then the epilogue in double), at shapes that divide no tile;
 // and matmul_epilogue_fusion asserted on the rewritten graph and run with the pass on and off.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
+#include "runtime/kernels/panel_gemm.h"
 
 namespace kiln {
 namespace {
@@ -112,18 +113,64 @@ std::string describe(const Case& c) {
   return c.a.str() + " x [K, " + std::to_string(c.N) + "] bias " + c.bias.str() + (c.residual ? " +residual " : " ") + c.act;
 }
 
-TEST(FusedMatMul, OnednnMatchesUnfusedReferenceAtAwkwardShapes) {
+// "panel" needs AVX-512; elsewhere it runs the reference.
+std::string expected_impl(const std::string& impl) { return impl == "panel" && !panel_gemm::supported() ? "reference" : impl; }
+
+TEST(FusedMatMul, OnednnAndPanelMatchUnfusedReferenceAtAwkwardShapes) {
   uint32_t seed = 1;
   for (const Case& c : awkward_cases()) {
     const auto in = inputs_for(c, seed += 4);
     const Tensor want = unfused(in, c.act);
     const double K = static_cast<double>(c.a[c.a.rank() - 1]);
-    for (const char* impl : {"onednn", "reference"}) {
+    for (const char* impl : {"onednn", "panel", "reference"}) {
       auto [got, ran] = fused(in, c.act, impl);
-      EXPECT_EQ(ran, impl) << describe(c);
+      EXPECT_EQ(ran, expected_impl(impl)) << describe(c);
       expect_close(got, want, 1e-5 * std::sqrt(K), 1e-4, std::string(impl) + " " + describe(c));
     }
   }
+}
+
+// The panel kernel at the sizes it is built for and past its blocking: K over several depth
+// blocks (1000 = 3 uneven blocks), N ending in a partial panel or splitting the rows over the
+// threads (130 = 3 panels), 274 rows (45 register blocks and 4 rows), GELU far into both tails.
+TEST(FusedMatMul, PanelMatchesUnfusedReferenceAtStepShapes) {
+  uint32_t seed = 200;
+  for (int64_t M : {1, 274})
+    for (int64_t K : {384, 1000})
+      for (int64_t N : {130, 384})
+        for (const char* act : {"none", "gelu_erf", "gelu_tanh"}) {
+          const Case c{Shape{1, M, K}, N, Shape{N}, (seed / 4) % 2 == 0, act};
+          const auto in = inputs_for(c, seed += 4);
+          const Tensor want = unfused(in, act);
+          auto [got, ran] = fused(in, act, "panel");
+          EXPECT_EQ(ran, expected_impl("panel")) << describe(c);
+          expect_close(got, want, 1e-5 * std::sqrt(static_cast<double>(K)), 1e-4, "panel " + describe(c));
+        }
+}
+
+// A residual that is the output buffer itself (a caller may bind them so): read before any
+// partial sum over K is stored.
+TEST(FusedMatMul, PanelResidualMayBeTheOutput) {
+  const int64_t M = 20, K = 1000, N = 70;
+  const Case c{Shape{M, K}, N, Shape{N}, true, "gelu_erf"};
+  const auto in = inputs_for(c, 77);
+  const Tensor want = unfused(in, "gelu_erf");
+  KernelArgs args;
+  args.op_type = "FusedMatMul";
+  args.node_name = "fc";
+  args.num_inputs = 4;
+  args.num_outputs = 1;
+  auto k = KernelRegistry::builtin().create(args, {{"activation", Attribute::String("gelu_erf")}}, "panel");
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  Tensor y = Tensor::copy_of(in[3].view());
+  const std::vector<TensorView> v{in[0].view(), in[1].view(), in[2].view(), y.view()};
+  const std::vector<TensorView> out{y.view()};
+  std::vector<TensorDesc> desc(1);
+  ASSERT_TRUE((*k)->infer(v, desc).ok());
+  ASSERT_TRUE((*k)->prepare(v, out).ok());
+  ASSERT_TRUE((*k)->run(v, out).ok());
+  EXPECT_EQ(std::string((*k)->impl_name()), expected_impl("panel"));
+  expect_close(y, want, 1e-5 * std::sqrt(static_cast<double>(K)), 1e-4, "residual as output");
 }
 
 TEST(FusedMatMul, ZeroSizeRowsRunOnTheReference) {

@@ -13,10 +13,20 @@
 //
 // impl "onednn" computes in float32; impl "onednn_bf16" converts W to bfloat16 once and A per run
 // (f32 accumulation, f32 output), for engines built with precision: bf16.
+//
+// impl "panel" (AVX-512, float32) is kiln's own matmul for the weight-streaming shapes
+// (runtime/kernels/panel_gemm.h), epilogue included. It ranks below "onednn": tactic selection
+// times both at each profile's shapes, and at 274 rows against weights read from memory (an
+// incremental step) the panel kernel wins, at 1644 rows oneDNN does.
+#include <omp.h>
+
 #include <cmath>
 
+#include "runtime/engine_format.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
+#include "runtime/kernels/packed_weights.h"
+#include "runtime/kernels/panel_gemm.h"
 
 namespace kiln {
 
@@ -186,9 +196,63 @@ KernelFactory onednn_factory(bool bf16) {
   };
 }
 
+class PanelFusedMatMulKernel final : public Kernel {
+ public:
+  PanelFusedMatMulKernel(std::unique_ptr<Kernel> ref, Activation act) : ref_(std::move(ref)), act_(act) {}
+  const char* impl_name() const override { return use_ref_ ? "reference" : "panel"; }
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
+
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const int64_t K = in[1].shape[0], N = in[1].shape[1];
+    const int64_t M = K > 0 ? in[0].numel() / K : 0;
+    const bool has_res = in.size() > 3 && in[3].present();
+    // What the reference keeps: other dtypes, empty products, a residual that broadcasts.
+    use_ref_ = !panel_gemm::supported() || in[0].dtype != DType::kFloat32 || in[1].dtype != DType::kFloat32 || M == 0 ||
+               N == 0 || K == 0 || out[0].numel() != M * N || (has_res && in[3].shape != out[0].shape);
+    if (use_ref_) return ref_->prepare(in, out);
+    if (!packed_ || packed_src_ != in[1].data) {
+      const std::string layout = "panel" + std::to_string(panel_gemm::kPanelCols) + ":" + std::to_string(K) + "x" + std::to_string(N);
+      const size_t bytes = sizeof(float) * static_cast<size_t>(panel_gemm::packed_floats(K, N));
+      const float* w = in[1].as<const float>();
+      KILN_ASSIGN_OR_RETURN(packed_, shared_packed_weights(w, sizeof(float) * static_cast<size_t>(K * N), layout, bytes, [&](void* dst) {
+                              panel_gemm::pack(w, K, N, static_cast<float*>(dst));
+                              return Status::Ok();
+                            }));
+      packed_src_ = in[1].data;
+    }
+    args_ = panel_gemm::Args{};
+    args_.M = M;
+    args_.K = K;
+    args_.N = N;
+    args_.packed = static_cast<const float*>(packed_.get());
+    args_.act = act_ == Activation::kGeluErf ? panel_gemm::Act::kGeluErf
+                : act_ == Activation::kGeluTanh ? panel_gemm::Act::kGeluTanh : panel_gemm::Act::kNone;
+    return Status::Ok();
+  }
+
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (use_ref_) return ref_->run(in, out);
+    panel_gemm::Args a = args_;
+    a.a = in[0].as<const float>();
+    a.bias = in.size() > 2 && in[2].present() ? in[2].as<const float>() : nullptr;
+    a.residual = in.size() > 3 && in[3].present() ? in[3].as<const float>() : nullptr;
+    a.y = out[0].as<float>();
+    panel_gemm::run(a, omp_get_max_threads());
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<Kernel> ref_;
+  Activation act_;
+  bool use_ref_ = false;
+  std::shared_ptr<void> packed_;
+  const void* packed_src_ = nullptr;
+  panel_gemm::Args args_;
+};
+
 }  // namespace
 
-void register_onednn_fused_matmul_kernels(KernelRegistry& r) {
+void register_fused_matmul_kernels(KernelRegistry& r) {
   r.add({"FusedMatMul", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
            Activation act;
            return make_reference_fused(args, attrs, &act);
@@ -196,6 +260,13 @@ void register_onednn_fused_matmul_kernels(KernelRegistry& r) {
   r.add({"FusedMatMul", "onednn", 10, onednn_factory(false)});
   // Below "onednn": bf16 runs only where an engine's precision asked for it.
   r.add({"FusedMatMul", "onednn_bf16", 5, onednn_factory(true)});
+  r.add({"FusedMatMul", "panel", 8,
+         [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+           Activation act;
+           KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused(args, attrs, &act));
+           return std::unique_ptr<Kernel>(std::make_unique<PanelFusedMatMulKernel>(std::move(ref), act));
+         },
+         kCpuAvx512f});
 }
 
 }  // namespace kiln

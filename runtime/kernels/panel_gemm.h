@@ -1,0 +1,47 @@
+// Panel GEMM: Y = act(A x W + bias) + residual for A [M, K] float32 row-major and a constant W
+// [K, N], on AVX-512 f32 FMA. It exists for the weight-streaming shapes: a few hundred rows or fewer
+// against weights read from memory on every run (an incremental step's 274 tokens, decoding's one).
+//
+// W is packed once into column panels of kPanelCols: panel p is W's columns [64p, 64p + 64) as a
+// [K, 64] row-major block (zero past N), and the panels follow one another, so each thread reads
+// its share of the weights as one sequential stream. The threads split the panels (and the rows too
+// when the panels do not divide evenly); a thread runs a panel's K in blocks of up to kDepth rows,
+// each block against every 6-row block of A with a 6 x 64 register block (24 accumulators), and
+// while it does, prefetches its next block of W into L2, spread over the row blocks: the block is
+// in cache when the rows reach it. oneDNN's matmul reads the same bytes but lets the first row
+// block of each panel wait for them (measured on a 2-vCPU Xeon VM, the ControlTransformer step's
+// 42 matmuls at 274 rows with cold weights: oneDNN 20.8-21.3 ms, this 19.0-19.5; warm both ~18).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln::panel_gemm {
+
+constexpr int64_t kPanelCols = 64;
+// Rows of W per block of a panel: 384 rows x 64 columns of f32 is 96 KB, which stays in L2 while
+// it meets every row block of A (measured best of 128-1536 at K 384 and 1536).
+constexpr int64_t kDepth = 384;
+
+enum class Act { kNone, kGeluErf, kGeluTanh };
+
+// Floats of W packed as panels.
+int64_t packed_floats(int64_t K, int64_t N);
+void pack(const float* w, int64_t K, int64_t N, float* packed);
+
+struct Args {
+  const float* a = nullptr;  // [M, K]
+  int64_t M = 0, K = 0, N = 0;
+  const float* packed = nullptr;    // pack(W)
+  const float* bias = nullptr;      // [N] or null
+  const float* residual = nullptr;  // [M, N] or null; may be y itself
+  float* y = nullptr;               // [M, N]
+  Act act = Act::kNone;
+};
+
+// Whether this CPU runs the kernel (AVX-512 F).
+bool supported();
+// Runs on up to `threads` OpenMP threads. Needs supported().
+void run(const Args& args, int threads);
+
+}  // namespace kiln::panel_gemm

@@ -1,0 +1,267 @@
+// The panel GEMM's compute (runtime/kernels/panel_gemm.h). Chosen at run time, so this file is
+// compiled for AVX-512 through a target pragma and must not instantiate any template with external
+// linkage (such a copy could be picked by the linker for callers on CPUs without AVX-512): helpers
+// are internal, no std templates.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/kernels/panel_gemm.h"
+
+namespace kiln::panel_gemm {
+
+int64_t packed_floats(int64_t K, int64_t N) { return (N + kPanelCols - 1) / kPanelCols * K * kPanelCols; }
+
+void pack(const float* w, int64_t K, int64_t N, float* packed) {
+  const int64_t panels = (N + kPanelCols - 1) / kPanelCols;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t n0 = p * kPanelCols, nr = N - n0 < kPanelCols ? N - n0 : kPanelCols;
+    for (int64_t k = 0; k < K; ++k) {
+      float* dst = packed + (p * K + k) * kPanelCols;
+      std::memcpy(dst, w + k * N + n0, sizeof(float) * static_cast<size_t>(nr));
+      std::memset(dst + nr, 0, sizeof(float) * static_cast<size_t>(kPanelCols - nr));
+    }
+  }
+}
+
+bool supported() { return __builtin_cpu_supports("avx512f"); }
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq")
+// GCC 12's _mm512_undefined_ps() initializes a variable from itself, which -Wmaybe-uninitialized
+// reports at every roundscale.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+constexpr int kRows = 6;  // rows of A per register block
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+inline __mmask16 lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
+
+// exp(x) for 16 floats: 2^n * 2^f with n = round(x log2 e), f in [-1/2, 1/2], 2^f by its degree-6
+// Taylor polynomial (relative error < 2e-7, plus ~1e-7 * |x| from log2 e's rounding); x is
+// clamped to [-87.3, 88.7], so very negative inputs give ~0 and very positive ones ~3e38, never
+// inf or NaN. (The attention plugin has the same polynomial; plugins do not share runtime code.)
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.7f));
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_fmsub_ps(x, log2e, n);
+  __m512 y = _mm512_set1_ps(1.5403530393381609e-4f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.24022650695910071f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.69314718055994531f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+// 1 / d for d >= 1: rcp14 and one Newton step (relative error ~1e-8).
+inline __m512 recip16(__m512 d) {
+  const __m512 r = _mm512_rcp14_ps(d);
+  return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+}
+
+// GELU with erf: 0.5 x (1 + erf(x / sqrt 2)). erf(z) = 1 - q(z), z >= 0, by Abramowitz & Stegun
+// 7.1.26 (|error| <= 1.5e-7): q = t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z). The factor
+// is 2 - q for x >= 0 and q for x < 0, so the tail for negative x keeps its relative precision.
+inline __m512 gelu_erf16(__m512 x) {
+  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
+  const __m512 t = recip16(_mm512_fmadd_ps(z, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f)));
+  __m512 poly = _mm512_set1_ps(1.061405429f);
+  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-1.453152027f));
+  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(1.421413741f));
+  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-0.284496736f));
+  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(0.254829592f));
+  const __m512 q = _mm512_mul_ps(_mm512_mul_ps(poly, t), exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z))));
+  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512 factor = _mm512_mask_mov_ps(_mm512_sub_ps(_mm512_set1_ps(2.0f), q), neg, q);
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), factor);
+}
+
+// GELU with tanh: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); 1 + tanh(u) is
+// 2 - 2 / (1 + e^(2u)), which is 2 for large u and ~0 for very negative u.
+inline __m512 gelu_tanh16(__m512 x) {
+  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f), _mm512_fmadd_ps(x3, _mm512_set1_ps(0.044715f), x));
+  const __m512 e = exp16(_mm512_add_ps(u, u));
+  const __m512 one_plus_tanh = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), recip16(_mm512_add_ps(e, _mm512_set1_ps(1.0f))),
+                                                _mm512_set1_ps(2.0f));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), one_plus_tanh);
+}
+
+// What one register block's store does.
+struct Block {
+  const float* a;  // the block's first row of A at the K block's first column
+  int64_t lda;
+  const float* b;  // the panel's K block: [kc, 64]
+  int64_t kc;
+  float* y;  // the block's first row at the panel's first column
+  int64_t ldy;
+  __mmask16 cols[4];  // the panel's columns within N, per vector
+  bool first, last;   // the first K block starts from 0; the last applies the epilogue
+  const float* bias;      // at the panel's first column, or null
+  const float* residual;  // at the block's first row and the panel's first column, or null
+  Act act;
+};
+
+template <int R>
+inline void block(const Block& k) {
+  __m512 c[R][4];
+  if (k.first) {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) c[r][j] = _mm512_setzero_ps();
+  } else {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) c[r][j] = _mm512_maskz_loadu_ps(k.cols[j], k.y + r * k.ldy + 16 * j);
+  }
+  const float* a[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) a[r] = k.a + r * k.lda;
+  const float* b = k.b;
+#pragma GCC unroll 4
+  for (int64_t d = 0; d < k.kc; ++d) {
+    const __m512 b0 = _mm512_load_ps(b + d * kPanelCols), b1 = _mm512_load_ps(b + d * kPanelCols + 16),
+                 b2 = _mm512_load_ps(b + d * kPanelCols + 32), b3 = _mm512_load_ps(b + d * kPanelCols + 48);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r][d]);
+      c[r][0] = _mm512_fmadd_ps(x, b0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(x, b1, c[r][1]);
+      c[r][2] = _mm512_fmadd_ps(x, b2, c[r][2]);
+      c[r][3] = _mm512_fmadd_ps(x, b3, c[r][3]);
+    }
+  }
+  if (k.last) {
+    __m512 bias[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) bias[j] = k.bias ? _mm512_maskz_loadu_ps(k.cols[j], k.bias + 16 * j) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        __m512 v = _mm512_add_ps(c[r][j], bias[j]);
+        if (k.act == Act::kGeluErf) v = gelu_erf16(v);
+        if (k.act == Act::kGeluTanh) v = gelu_tanh16(v);
+        if (k.residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k.cols[j], k.residual + r * k.ldy + 16 * j));
+        c[r][j] = v;
+      }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(k.y + r * k.ldy + 16 * j, k.cols[j], c[r][j]);
+}
+
+void run_block(int rows, const Block& k) {
+  switch (rows) {
+    case 6: block<6>(k); break;
+    case 5: block<5>(k); break;
+    case 4: block<4>(k); break;
+    case 3: block<3>(k); break;
+    case 2: block<2>(k); break;
+    default: block<1>(k); break;
+  }
+}
+
+// How the work is cut: units of (panel, share of the row blocks), dealt to the threads in
+// contiguous runs, so a thread walks its panels in memory order. The rows are split only when the
+// panels alone would leave threads idle or uneven.
+struct Split {
+  int64_t panels, row_blocks, row_shares, units;
+  int threads;
+};
+
+Split split_work(const Args& g, int threads) {
+  Split s;
+  s.panels = (g.N + kPanelCols - 1) / kPanelCols;
+  s.row_blocks = (g.M + kRows - 1) / kRows;
+  threads = static_cast<int>(imax(1, threads));
+  s.row_shares = s.panels % threads == 0 ? 1 : imin(threads, s.row_blocks);
+  s.units = s.panels * s.row_shares;
+  s.threads = static_cast<int>(imin(threads, s.units));
+  return s;
+}
+
+// Prefetches `lines` cache lines from `p` into L2.
+inline void prefetch_l2(const char* p, int64_t lines) {
+  for (int64_t i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
+}
+
+void run_thread(const Args& g, const Split& s, int t) {
+  const int64_t u0 = s.units * t / s.threads, u1 = s.units * (t + 1) / s.threads;
+  // A residual that is the output itself must be read before any partial sum is stored: one K
+  // block then.
+  const bool aliased = g.residual && g.residual < g.y + g.M * g.N && g.y < g.residual + g.M * g.N;
+  const int64_t depth = aliased ? imax(g.K, 1) : kDepth;
+  const int64_t kblocks = (g.K + depth - 1) / depth, kc_even = (g.K + kblocks - 1) / kblocks;
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t p = u / s.row_shares, share = u % s.row_shares;
+    const int64_t rb0 = s.row_blocks * share / s.row_shares, rb1 = s.row_blocks * (share + 1) / s.row_shares;
+    const int64_t n0 = p * kPanelCols;
+    Block k;
+    for (int j = 0; j < 4; ++j) k.cols[j] = lanes(g.N - n0 - 16 * j);
+    k.lda = g.K;
+    k.ldy = g.N;
+    k.bias = g.bias ? g.bias + n0 : nullptr;
+    k.act = g.act;
+    // The next unit's panel, when it is another one: its first K block is prefetched during this
+    // unit's last.
+    const bool next_panel = u + 1 < u1 && (u + 1) / s.row_shares != p;
+    for (int64_t k0 = 0; k0 < g.K; k0 += kc_even) {
+      k.kc = imin(kc_even, g.K - k0);
+      k.b = g.packed + (p * g.K + k0) * kPanelCols;
+      k.first = k0 == 0;
+      k.last = k0 + k.kc >= g.K;
+      const char* ahead = nullptr;
+      int64_t ahead_lines = 0;
+      if (!k.last) {
+        ahead = reinterpret_cast<const char*>(k.b + k.kc * kPanelCols);
+        ahead_lines = imin(kc_even, g.K - k0 - k.kc) * kPanelCols * 4 / 64;
+      } else if (next_panel) {
+        ahead = reinterpret_cast<const char*>(g.packed + ((u + 1) / s.row_shares) * g.K * kPanelCols);
+        ahead_lines = imin(kc_even, g.K) * kPanelCols * 4 / 64;
+      }
+      const int64_t per_block = (ahead_lines + (rb1 - rb0) - 1) / imax(rb1 - rb0, 1);
+      for (int64_t rb = rb0; rb < rb1; ++rb) {
+        const int64_t m0 = rb * kRows;
+        if (ahead) {
+          const int64_t done = (rb - rb0) * per_block;
+          prefetch_l2(ahead + 64 * done, imax(0, imin(per_block, ahead_lines - done)));
+        }
+        k.a = g.a + m0 * g.K + k0;
+        k.y = g.y + m0 * g.N + n0;
+        k.residual = g.residual ? g.residual + m0 * g.N + n0 : nullptr;
+        run_block(static_cast<int>(imin(kRows, g.M - m0)), k);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void run(const Args& g, int threads) {
+  if (g.M <= 0 || g.N <= 0 || g.K <= 0) return;
+  const Split s = split_work(g, threads);
+  if (s.threads <= 1) {
+    run_thread(g, s, 0);
+    return;
+  }
+#pragma omp parallel num_threads(s.threads)
+  run_thread(g, s, omp_get_thread_num());
+}
+
+}  // namespace kiln::panel_gemm
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
