@@ -3,7 +3,7 @@
 // alternately, one call each per round; reports each variant's median wall and CPU time and
 // GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
 //
-//   attention-bench [rounds] [variant name filter] [incremental|full]
+//   attention-bench [rounds] [variant name filter] [incremental|full|Q:K]   (Q:K = Q new tokens over K keys)
 #include <omp.h>
 #include <time.h>
 
@@ -186,5 +186,8 @@ int main(int argc, char** argv) {
   const std::string shapes = argc > 3 ? argv[3] : "";
   if (shapes.empty() || shapes == "incremental") kiln::bench({"incremental", 274, 274, 1370}, rounds, only);
   if (shapes.empty() || shapes == "full") kiln::bench({"full", 1644, 1644, 0}, rounds, only);
+  // "Q:K": Q new queries (and keys) after K - Q cached keys, e.g. 256:1644.
+  long long q = 0, k = 0;
+  if (std::sscanf(shapes.c_str(), "%lld:%lld", &q, &k) == 2 && q > 0 && k >= q) kiln::bench({shapes.c_str(), q, q, k - q}, rounds, only);
   return 0;
 }

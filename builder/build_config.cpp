@@ -472,12 +472,13 @@ Status ConfigReader::read_inputs(const Entry& e, BuildConfig& cfg) const {
 
 Status ConfigReader::read_benchmark(const Entry& e, BenchmarkConfig* out) const {
   MapView m;
-  KILN_RETURN_IF_ERROR(open_checked(e, {"rate_hz", "budget_ms", "warmup", "iterations"}, &m));
+  KILN_RETURN_IF_ERROR(open_checked(e, {"rate_hz", "budget_ms", "warmup", "iterations", "rounds"}, &m));
   KILN_RETURN_IF_ERROR(get_double(m, "rate_hz", true, &out->rate_hz));
   out->budget_ms = 1000.0 / out->rate_hz;
   KILN_RETURN_IF_ERROR(get_double(m, "budget_ms", true, &out->budget_ms));
   KILN_RETURN_IF_ERROR(get_int(m, "warmup", 0, INT_MAX, &out->warmup));
   KILN_RETURN_IF_ERROR(get_int(m, "iterations", 1, INT_MAX, &out->iterations));
+  KILN_RETURN_IF_ERROR(get_int(m, "rounds", 1, INT_MAX, &out->rounds));
   return Status::Ok();
 }
 

@@ -46,6 +46,10 @@ struct BenchmarkConfig {
   double budget_ms = 100;  // defaults to 1000 / rate_hz when not given
   int warmup = 5;
   int iterations = 100;
+  // With several profiles, their timed runs alternate in this many rounds (each round of a
+  // profile after one untimed run), so every profile samples the same stretch of a shared host
+  // whose speed drifts; 1 = each profile's runs back to back.
+  int rounds = 5;
 };
 
 struct StateConfig {

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -85,9 +86,18 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
   return out;
 }
 
+namespace {
+// A context prepared for benchmarking one profile, with its inputs.
+struct BenchContext {
+  std::unique_ptr<ExecutionContext> ctx;
+  std::vector<std::pair<std::string, Tensor>> inputs;
+};
+}  // namespace
+
 StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
                                                  bool benchmark, const std::function<void(const std::string&)>& progress) {
   std::vector<ProfileCheck> checks;
+  std::vector<BenchContext> bench;  // one per profile when benchmarking, in the order of `checks`
   for (const auto& bp : built.profiles) {
     ProfileCheck pc;
     pc.profile = bp.profile.name;
@@ -151,22 +161,35 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
       // A fresh context prepared for the profile (arena for max, kernels for opt), as a user would
       // create one: its first run at opt is timed on its own to show it needs no preparation.
       progress(where + ": preparing a new context for the profile");
-      KILN_ASSIGN_OR_RETURN(auto bench_ctx, engine.create_context(pc.profile, /*prepare=*/true));
-      KILN_ASSIGN_OR_RETURN(auto inputs, generate_profile_inputs(*bench_ctx, pc.opt_shapes, cfg.inputs));
-      for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(bench_ctx->set_input(name, t.view()));
-      progress(where + ": benchmarking at opt shapes (1 first run, " + std::to_string(cfg.benchmark.warmup) + " warm-up, " +
-               std::to_string(cfg.benchmark.iterations) + " timed runs)");
-      ExecutionContext* ctx = bench_ctx.get();
+      BenchContext b;
+      KILN_ASSIGN_OR_RETURN(b.ctx, engine.create_context(pc.profile, /*prepare=*/true));
+      KILN_ASSIGN_OR_RETURN(b.inputs, generate_profile_inputs(*b.ctx, pc.opt_shapes, cfg.inputs));
+      for (const auto& [name, t] : b.inputs) KILN_RETURN_IF_ERROR(b.ctx->set_input(name, t.view()));
       const auto t0 = std::chrono::steady_clock::now();
-      KILN_RETURN_IF_ERROR(ctx->run());
+      KILN_RETURN_IF_ERROR(b.ctx->run().with_context(where + " (first run of a new context)"));
       pc.first_run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      KILN_ASSIGN_OR_RETURN(pc.bench, run_benchmark([ctx] { return ctx->run(); }, cfg.benchmark.warmup, cfg.benchmark.iterations,
-                                                    cfg.benchmark.budget_ms));
-      pc.benchmarked = true;
-      progress(where + ": per-layer profile (3 runs with per-step timing, separate from the timed runs)");
-      KILN_ASSIGN_OR_RETURN(pc.layers, profile_layers(*ctx, 3));
+      bench.push_back(std::move(b));
     }
     checks.push_back(std::move(pc));
+  }
+  if (!benchmark || bench.empty()) return checks;
+  const BenchmarkConfig& bc = cfg.benchmark;
+  const int rounds = bench.size() > 1 ? std::clamp(bc.rounds, 1, bc.iterations) : 1;
+  std::string names;
+  std::vector<std::function<Status()>> runs;
+  for (size_t i = 0; i < bench.size(); ++i) {
+    names += (i ? ", '" : "'") + checks[i].profile + "'";
+    ExecutionContext* ctx = bench[i].ctx.get();
+    runs.push_back([ctx] { return ctx->run(); });
+  }
+  progress("benchmarking " + names + " at opt shapes: " + std::to_string(bc.warmup) + " warm-up and " + std::to_string(bc.iterations) +
+           " timed runs each" + (rounds > 1 ? ", alternating in " + std::to_string(rounds) + " rounds" : std::string()));
+  KILN_ASSIGN_OR_RETURN(auto results, run_alternating_benchmarks(runs, bc.warmup, bc.iterations, rounds, bc.budget_ms));
+  for (size_t i = 0; i < bench.size(); ++i) {
+    checks[i].bench = results[i];
+    checks[i].benchmarked = true;
+    progress("profile '" + checks[i].profile + "': per-layer profile (3 runs with per-step timing, separate from the timed runs)");
+    KILN_ASSIGN_OR_RETURN(checks[i].layers, profile_layers(*bench[i].ctx, 3));
   }
   return checks;
 }

@@ -36,7 +36,7 @@ inputs:
   mask: {generator: block_causal, block: 274}
   turn_signal: {generator: randint, low: 0, high: 3}
   some_float: {generator: uniform, low: -1, high: 1.5, seed: 7}
-benchmark: {rate_hz: 20, warmup: 3, iterations: 40}
+benchmark: {rate_hz: 20, warmup: 3, iterations: 40, rounds: 4}
 plugins: {load: [plugins/libfoo.so, /abs/libbar.so]}
 fusions: {attention: required}
 passes: {disable: [constant_folding]}
@@ -105,6 +105,7 @@ TEST(BuildConfig, ValidConfigFillsEveryField) {
   EXPECT_DOUBLE_EQ(c.benchmark.budget_ms, 50);  // 1000 / rate_hz when not given
   EXPECT_EQ(c.benchmark.warmup, 3);
   EXPECT_EQ(c.benchmark.iterations, 40);
+  EXPECT_EQ(c.benchmark.rounds, 4);
   EXPECT_EQ(c.plugin_libraries, (std::vector<std::string>{"cfg/plugins/libfoo.so", "/abs/libbar.so"}));
   EXPECT_EQ(c.fusions.at("attention"), "required");
   EXPECT_EQ(c.disabled_passes, (std::vector<std::string>{"constant_folding"}));
@@ -157,6 +158,7 @@ TEST(BuildConfig, UnknownKeysAtEveryLevel) {
                {"cfg/test.yaml:5:", "unknown key 'profiles.full.dims.t.maks' (expected one of: min, opt, max)"});
   expect_error(std::string(kMinimal) + "benchmark:\n  rate_hz: 10\n  iteration: 5\n",
                {"cfg/test.yaml:7: unknown key 'benchmark.iteration'"});
+  expect_error(std::string(kMinimal) + "benchmark: {rounds: 0}\n", {"cfg/test.yaml:", "benchmark.rounds"});
   expect_error(std::string(kMinimal) + "inputs:\n  mask: {generator: block_causal, block: 4, low: 0}\n",
                {"cfg/test.yaml:6:", "unknown key 'inputs.mask.low' (expected one of: generator, block)"});
   expect_error(std::string(kMinimal) + "streaming:\n  cold_start: full\n  step: full\n  state:\n"
