@@ -16,8 +16,8 @@
 //
 // impl "panel" (AVX-512, float32) is kiln's own matmul for the weight-streaming shapes
 // (runtime/kernels/panel_gemm.h), epilogue included. It ranks below "onednn": tactic selection
-// times both at each profile's shapes, and at 274 rows against weights read from memory (an
-// incremental step) the panel kernel wins, at 1644 rows oneDNN does.
+// times both at each profile's shapes: at 274 rows against weights read from memory (an
+// incremental step) the panel kernel wins; at 1644 rows oneDNN mostly does.
 #include <omp.h>
 
 #include <cmath>

@@ -252,13 +252,18 @@ void run_thread(const Args& g, const Split& s, int t) {
 
 void run(const Args& g, int threads) {
   if (g.M <= 0 || g.N <= 0 || g.K <= 0) return;
-  const Split s = split_work(g, threads);
-  if (s.threads <= 1) {
-    run_thread(g, s, 0);
+  const int wanted = split_work(g, threads).threads;
+  if (wanted <= 1) {
+    run_thread(g, split_work(g, 1), 0);
     return;
   }
-#pragma omp parallel num_threads(s.threads)
-  run_thread(g, s, omp_get_thread_num());
+  // The team may be smaller than asked for (nested inside another parallel region, a thread
+  // limit): the work is cut for the team there is.
+#pragma omp parallel num_threads(wanted)
+  {
+    const Split s = split_work(g, omp_get_num_threads());
+    if (omp_get_thread_num() < s.threads) run_thread(g, s, omp_get_thread_num());
+  }
 }
 
 }  // namespace kiln::panel_gemm

@@ -2,6 +2,7 @@
 // against the unfused reference computed here (reference MatMul, then the epilogue in double), at shapes that divide no tile;
 // and matmul_epilogue_fusion asserted on the rewritten graph and run with the pass on and off.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -146,6 +147,25 @@ TEST(FusedMatMul, PanelMatchesUnfusedReferenceAtStepShapes) {
           EXPECT_EQ(ran, expected_impl("panel")) << describe(c);
           expect_close(got, want, 1e-5 * std::sqrt(static_cast<double>(K)), 1e-4, "panel " + describe(c));
         }
+}
+
+// Called from inside a parallel region (nested parallelism off), the kernel gets a team of one:
+// it must still compute every panel, not the share it planned for the threads it asked for.
+TEST(FusedMatMul, PanelInsideAParallelRegionComputesEverything) {
+  const Case c{Shape{40, 50}, 300, Shape{300}, false, "none"};
+  const auto in = inputs_for(c, 91);
+  const Tensor want = unfused(in, "none");
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+  std::pair<Tensor, std::string> got;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    got = fused(in, "none", "panel");
+  }
+  omp_set_max_active_levels(levels);
+  EXPECT_EQ(got.second, expected_impl("panel"));
+  expect_close(got.first, want, 1e-4, 1e-4, "panel in a parallel region");
 }
 
 // A residual that is the output buffer itself (a caller may bind them so): read before any
