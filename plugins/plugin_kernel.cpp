@@ -8,6 +8,24 @@ namespace kiln {
 
 namespace {
 
+// This thread's plugin workspace of at least `bytes` (64-byte aligned), or nullptr when it cannot
+// grow. One buffer per thread, shared by every plugin step the thread runs (steps run one after
+// the other and a workspace holds nothing between runs): a buffer per step would give the
+// ControlTransformer's 8 attention steps 8 separate 0.6 MB workspaces, each cold in cache when its
+// step comes round. Valid until the next call on this thread that asks for more.
+void* thread_workspace(size_t bytes) {
+  thread_local std::shared_ptr<void> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buffer.reset();  // free first: the old and the new buffer need not both exist
+    capacity = 0;
+    buffer = aligned_alloc_shared(bytes);
+    if (!buffer) return nullptr;
+    capacity = bytes;
+  }
+  return buffer.get();
+}
+
 class PluginKernel final : public Kernel {
  public:
   PluginKernel(std::unique_ptr<PluginBuild> build, std::unique_ptr<PluginRun> run, size_t num_inputs)
@@ -15,23 +33,24 @@ class PluginKernel final : public Kernel {
 
   Status infer(std::span<const TensorView> inputs, std::span<TensorDesc> outputs) override { return run_->infer(inputs, outputs); }
 
-  // Shapes changed: the plugin re-plans, and the workspace grows to what these shapes need. It
-  // never shrinks, so alternating shapes settle on one buffer and steady state allocates nothing.
+  // Shapes changed: the plugin re-plans, and this thread's workspace grows to what these shapes
+  // need. It never shrinks, so alternating shapes settle on one buffer and steady state allocates
+  // nothing.
   Status prepare(std::span<const TensorView> inputs, std::span<const TensorView> outputs) override {
     KILN_RETURN_IF_ERROR(run_->on_shape_change(inputs, outputs));
     input_descs_.resize(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) input_descs_[i] = inputs[i].desc();
-    const size_t need = build_->workspace_bytes(input_descs_);
-    if (need > workspace_bytes_) {
-      workspace_ = aligned_alloc_shared(need);
-      if (!workspace_) return Internal("out of memory allocating a " + std::to_string(need) + "-byte plugin workspace");
-      workspace_bytes_ = need;
-    }
+    workspace_bytes_ = build_->workspace_bytes(input_descs_);
+    if (workspace_bytes_ > 0 && !thread_workspace(workspace_bytes_))
+      return Internal("out of memory allocating a " + std::to_string(workspace_bytes_) + "-byte plugin workspace");
     return Status::Ok();
   }
 
   Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs) override {
-    return run_->run(inputs, outputs, workspace_.get());
+    void* workspace = workspace_bytes_ > 0 ? thread_workspace(workspace_bytes_) : nullptr;
+    if (workspace_bytes_ > 0 && !workspace)
+      return Internal("out of memory allocating a " + std::to_string(workspace_bytes_) + "-byte plugin workspace");
+    return run_->run(inputs, outputs, workspace);
   }
 
   const char* impl_name() const override { return kPluginImplPrefix; }
@@ -40,7 +59,6 @@ class PluginKernel final : public Kernel {
   std::unique_ptr<PluginBuild> build_;
   std::unique_ptr<PluginRun> run_;
   std::vector<TensorDesc> input_descs_;
-  std::shared_ptr<void> workspace_;
   size_t workspace_bytes_ = 0;
 };
 

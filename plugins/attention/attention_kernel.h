@@ -24,5 +24,8 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
 bool allow_avx512(bool allowed);
 // Whether precision bf16 runs in bf16 here (AMX-BF16); otherwise it runs the f32 path.
 bool bf16_supported();
+// Lets tests compare the head-by-head order (all of a head's query tiles per key tile) with the
+// tile-parallel one, which runs where the former does not apply.
+void allow_stationary_heads(bool allowed);
 
 }  // namespace kiln::attention
