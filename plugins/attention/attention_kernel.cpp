@@ -387,6 +387,19 @@ void query_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, const 
   if (t + 1 == qt.tiles && qt.few > 0) few_rows(pr, ops, sc, qt.lane_rows, qt.few, classes);
 }
 
+// Prefetches the K and V rows of keys [j0, j1) into L2.
+void prefetch_key_rows_l2(const Problem& pr, int64_t j0, int64_t j1) {
+  const int64_t bytes = pr.g->Dh * static_cast<int64_t>(sizeof(float));
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* k = reinterpret_cast<const char*>(pr.row(pr.k, j));
+    const char* v = reinterpret_cast<const char*>(pr.row(pr.v, j));
+    for (int64_t b = 0; b < bytes; b += 64) {
+      _mm_prefetch(k + b, _MM_HINT_T1);
+      _mm_prefetch(v + b, _MM_HINT_T1);
+    }
+  }
+}
+
 // Up to this many query tiles (512 rows) of a head run key-tile-stationary.
 constexpr int64_t kMaxStationaryTiles = 8;
 
@@ -435,7 +448,13 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
   for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
     const int64_t nk_all = std::min(ops.key_tile, k_end - k0);
     key_rows(pr, k0, nk_all, krow, vrow);
+    const int64_t next0 = k0 + nk_all, next_n = std::min(ops.key_tile, k_end - next0);
     for (int64_t t = 0; t < T; ++t) {
+      // The next key tile's K and V rows come from memory (an incremental step's cache was last
+      // touched a run earlier): each query tile prefetches its share of them into L2, a key tile
+      // (T query tiles of work) ahead. attention-bench `fp32 cold`, 274:1644, three alternated
+      // runs: 2.82 / 2.91 / 2.90 -> 2.75 / 2.78 / 2.73 ms.
+      if (next_n > 0) prefetch_key_rows_l2(pr, next0 + next_n * t / T, next0 + next_n * (t + 1) / T);
       if (k0 >= range[t].k_end) continue;
       const int64_t q0 = qt.lane_begin(t), n = qt.lane_end(t) - q0, nqp = round_up(n, ops.query_pad);
       const int64_t nk = std::min(nk_all, range[t].k_end - k0);
