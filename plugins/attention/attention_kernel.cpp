@@ -323,32 +323,43 @@ void mask_few_rows(const Problem& pr, float* s, int64_t q0, int64_t nr, int64_t 
     }
 }
 
-// Rows [q0, q0 + nr), nr <= kFewRows, against every key tile with the keys on the vector lanes
-// (TileOps::few_score): the same tiles, masks and online softmax as lane_rows.
-void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nr, const uint8_t* classes) {
-  const Params& p = *pr.p;
-  const Geometry& g = *pr.g;
-  const int64_t Dh = g.Dh, Dhp = padded_dh(Dh);
-  ops.pack_few(pr.q + q0 * pr.q_row, pr.q_row, nr, Dh, p.scale, sc);
+// The few-row state of rows [q0, q0 + nr): scaled queries packed, accumulators cleared.
+void few_begin(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nr) {
+  const int64_t Dh = pr.g->Dh, Dhp = padded_dh(Dh);
+  ops.pack_few(pr.q + q0 * pr.q_row, pr.q_row, nr, Dh, pr.p->scale, sc);
   std::memset(sc.o, 0, sizeof(float) * nr * Dhp);
   std::fill(sc.m, sc.m + nr, kNegInf);
   std::fill(sc.l, sc.l + nr, 0.0f);
+}
+
+// Rows [q0, q0 + nr) against key tile [k0, k0 + nk) (krow / vrow: its rows), unless the mask hides
+// the tile from them; `range` is key_range of the rows.
+void few_key_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nr, const KeyRange& range,
+                  int64_t k0, int64_t nk, const float* const* krow, const float* const* vrow, const uint8_t* classes) {
+  const Params& p = *pr.p;
   const bool positional = p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal;
   const bool explicit_mask = p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive;
+  TileCover cover;
+  KeyBits bits[kTq];
+  if (explicit_mask && !explicit_tile_visible(pr, classes, ops.key_tile, q0, nr, k0, nk, bits, &cover)) return;
+  const KeyTile kt{krow, vrow, nk, nullptr, nullptr, k0};
+  ops.few_score(kt, sc, nr, pr.g->Dh);
+  mask_few_rows(pr, sc.s, q0, nr, k0, nk, bits, explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all),
+                positional && k0 + nk > range.all_visible_below);
+  ops.few_update(kt, sc, nr, pr.g->Dh);
+}
+
+// Rows [q0, q0 + nr), nr <= kFewRows, against every key tile with the keys on the vector lanes
+// (TileOps::few_score): the same tiles, masks and online softmax as lane_rows.
+void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nr, const uint8_t* classes) {
+  few_begin(pr, ops, sc, q0, nr);
   const KeyRange range = key_range(pr, q0, nr);
   const float* krow[kTk];
   const float* vrow[kTk];
-  KeyBits bits[kTq];
   for (int64_t k0 = 0; k0 < range.k_end; k0 += ops.key_tile) {
     const int64_t nk = std::min(ops.key_tile, range.k_end - k0);
-    TileCover cover;
-    if (explicit_mask && !explicit_tile_visible(pr, classes, ops.key_tile, q0, nr, k0, nk, bits, &cover)) continue;
     key_rows(pr, k0, nk, krow, vrow);
-    const KeyTile kt{krow, vrow, nk, nullptr, nullptr, k0};
-    ops.few_score(kt, sc, nr, Dh);
-    mask_few_rows(pr, sc.s, q0, nr, k0, nk, bits, explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all),
-                  positional && k0 + nk > range.all_visible_below);
-    ops.few_update(kt, sc, nr, Dh);
+    few_key_tile(pr, ops, sc, q0, nr, range, k0, nk, krow, vrow, classes);
   }
   write_rows(pr, sc, q0, nr);
 }
@@ -403,17 +414,19 @@ void prefetch_key_rows_l2(const Problem& pr, int64_t j0, int64_t j1) {
 // Up to this many query tiles (512 rows) of a head run key-tile-stationary.
 constexpr int64_t kMaxStationaryTiles = 8;
 
-// Scratch slots per thread the workspace holds: one per query tile up to kMaxStationaryTiles. It
-// grows with Sq, so the value at the largest shapes covers every smaller run.
+// Scratch slots per thread the workspace holds: one per query tile up to kMaxStationaryTiles, and
+// one for the few-row tail. It grows with Sq, so the value at the largest shapes covers every
+// smaller run.
 int64_t stationary_slots(const Geometry& g) {
-  return std::clamp<int64_t>((g.Sq + kTq - 1) / kTq, 1, kMaxStationaryTiles);
+  return std::clamp<int64_t>((g.Sq + kTq - 1) / kTq, 1, kMaxStationaryTiles) + 1;  // + the few-row tail
 }
 
 // Whether a run goes head by head with key tiles outer (head_stationary): f32 tile code (the bf16
 // path packs whole heads already), at least two query tiles of lane rows and at most
 // kMaxStationaryTiles of them.
 bool uses_stationary_heads(const TileOps& ops, const Geometry& g, const QueryTiling& qt, bool packed_heads) {
-  return g_stationary_allowed.load(std::memory_order_relaxed) && !packed_heads && !ops.pack_head && qt.lane_rows > kTq && qt.tiles <= std::min(kMaxStationaryTiles, stationary_slots(g));
+  return g_stationary_allowed.load(std::memory_order_relaxed) && !packed_heads && !ops.pack_head && qt.lane_rows > kTq &&
+         qt.tiles + 1 <= std::min(kMaxStationaryTiles + 1, stationary_slots(g));
 }
 
 // All query tiles of one (batch, head), each with its own scratch, against each key tile in turn:
@@ -442,12 +455,21 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
     range[t] = key_range(pr, q0, n);
     k_end = std::max(k_end, range[t].k_end);
   }
+  // The tile's few-row tail (an incremental step's last 2 queries) rides along in sc[T].
+  const KeyRange few_range = qt.few > 0 ? key_range(pr, qt.lane_rows, qt.few) : KeyRange{0, 0};
+  if (qt.few > 0) {
+    few_begin(pr, ops, sc[T], qt.lane_rows, qt.few);
+    k_end = std::max(k_end, few_range.k_end);
+  }
   const float* krow[kTk];
   const float* vrow[kTk];
   KeyBits bits[kTq];
   for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
     const int64_t nk_all = std::min(ops.key_tile, k_end - k0);
     key_rows(pr, k0, nk_all, krow, vrow);
+    if (k0 < few_range.k_end)
+      few_key_tile(pr, ops, sc[T], qt.lane_rows, qt.few, few_range, k0, std::min(nk_all, few_range.k_end - k0), krow, vrow,
+                   classes[T - 1]);
     const int64_t next0 = k0 + nk_all, next_n = std::min(ops.key_tile, k_end - next0);
     for (int64_t t = 0; t < T; ++t) {
       // The next key tile's K and V rows come from memory (an incremental step's cache was last
@@ -482,7 +504,7 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
   }
   if (ops.finish) ops.finish();
   for (int64_t t = 0; t < T; ++t) write_rows(pr, sc[t], qt.lane_begin(t), qt.lane_end(t) - qt.lane_begin(t));
-  if (qt.few > 0) few_rows(pr, ops, sc[0], qt.lane_rows, qt.few, classes[T - 1]);
+  if (qt.few > 0) write_rows(pr, sc[T], qt.lane_rows, qt.few);
 }
 
 }  // namespace
@@ -630,8 +652,8 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
       };
       char* slot = base + stride * per_slot * static_cast<size_t>(omp_get_thread_num());
       if (stationary && (g.B * g.H) % omp_get_num_threads() == 0) {
-        Scratch sc[kMaxStationaryTiles];
-        for (int64_t t = 0; t < q_tiles; ++t) sc[t] = carve_scratch(slot + stride * t, g.Dh);
+        Scratch sc[kMaxStationaryTiles + 1];
+        for (int64_t t = 0; t <= q_tiles; ++t) sc[t] = carve_scratch(slot + stride * t, g.Dh);
 #pragma omp for schedule(static)
         for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
           const int64_t b = bh / g.H, h = bh % g.H;
