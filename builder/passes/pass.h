@@ -48,6 +48,7 @@ Status packed_projection_split(Graph& g, PassContext& ctx);
 Status rotary_fusion(Graph& g, PassContext& ctx);
 Status attention_fusion(Graph& g, PassContext& ctx);
 Status selected_row_narrowing(Graph& g, PassContext& ctx);
+Status slice_pushdown(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);

@@ -35,6 +35,11 @@ const std::vector<Pass>& pass_pipeline() {
        "after attention_fusion so the fused attention's query rows can narrow, before matmul_epilogue_fusion so its "
        "matchers see plain MatMul/Add/GELU nodes",
        selected_row_narrowing},
+      {"slice_pushdown",
+       "move a Slice of an elementwise Add/Sub/Mul/Div's output onto its inputs, so the op computes only the kept "
+       "part (the ControlTransformer's step adds positions to its whole window and keeps the new tokens); before "
+       "matmul_epilogue_fusion, which could otherwise take the Add as a residual",
+       slice_pushdown},
       {"matmul_epilogue_fusion",
        "fold the bias Add, GELU and residual Add after each MatMul/Gemm with constant weights into one FusedMatMul "
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
