@@ -26,6 +26,9 @@
 //
 // Version history:
 //   1  (kiln 0.1.0) first format: profiles with plans, shared weights blob, plugin library list.
+//   2  kiln's fused ops (FusedMatMul, FusedConv, FusedRotary) are saved in their own domain
+//      (kKilnDomain, "ai.kiln") instead of the default ONNX domain. Version-1 files still load:
+//      their fused steps have the empty domain, and kernels are found by op type.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +38,7 @@
 namespace kiln {
 
 constexpr char kEngineMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
-constexpr uint32_t kEngineFormatVersion = 1;
+constexpr uint32_t kEngineFormatVersion = 2;
 constexpr uint32_t kEngineHeaderBytes = 128;
 constexpr size_t kWeightAlignment = 64;
 constexpr const char* kProducerVersion = "kiln 0.1.0";

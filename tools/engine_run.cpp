@@ -239,15 +239,17 @@ Status run(const Args& args) {
       for (int id : graph.inputs) known += (known.empty() ? "" : ", ") + graph.values[id].name;
       return InvalidArgument("the model has no input named '" + name + "' (inputs: " + known + ")");
     }
+  TimingCache cache;
+  if (args.tactics)
+    options.tactics = [&](Plan& plan, const ResolvedProfile&) -> Status {
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(plan, inputs, cache));
+      if (!decisions.empty())
+        std::fprintf(stderr, "engine-run: tactics: %zu steps with a choice in %.2f s: %s\n", decisions.size(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tactics_summary(plan, decisions).c_str());
+      return Status::Ok();
+    };
   KILN_ASSIGN_OR_RETURN(auto plan, build_plan(std::move(graph), options));
-  if (args.tactics) {
-    TimingCache cache;
-    const auto t0 = std::chrono::steady_clock::now();
-    KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(*plan, inputs, cache));
-    if (!decisions.empty())
-      std::fprintf(stderr, "engine-run: tactics: %zu steps with a choice in %.2f s: %s\n", decisions.size(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tactics_summary(*plan, decisions).c_str());
-  }
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plan));
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));
   return run_context(*ctx, args);

@@ -237,22 +237,23 @@ KernelFactory onednn_factory(ConvAlgo algo, bool fused) {
 }  // namespace
 
 void register_onednn_conv_kernels(KernelRegistry& r) {
-  r.add({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
+  r.add_kiln_op({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
            FusedSpec spec;
            return make_reference_fused_conv(args, attrs, &spec);
          }});
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
   for (bool fused : {false, true}) {
     const char* op = fused ? "FusedConv" : "Conv";
-    r.add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
-    r.add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
+    auto add = [&](KernelEntry e) { fused ? r.add_kiln_op(std::move(e)) : r.add(std::move(e)); };
+    add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
+    add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
   }
   // Winograd only for FusedConv, whose weights are constant: its weight transform (4x the data for
   // F(4x4,3x3)) is done once when packing, where plain Conv would redo it on every run. It ranks
   // below "onednn" (tactic selection picks it where it times faster) and needs AVX-512 (oneDNN's
   // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
   // discontinued Xeon Phi line has all four).
-  r.add({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
+  r.add_kiln_op({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
 }
 
 }  // namespace kiln

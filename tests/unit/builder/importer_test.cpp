@@ -49,7 +49,7 @@ TEST(Importer, TypedAndRawInitializersAndConstantNodes) {
   const Value& x = g->values[g->inputs[0]];
   ASSERT_TRUE(x.shape.has_value());
   EXPECT_TRUE((*x.shape)[0].is_symbol());
-  EXPECT_EQ((*x.shape)[0].symbol, "batch");
+  EXPECT_EQ((*x.shape)[0].sym_name(), "batch");
 }
 
 TEST(Importer, ExternalDataIsReadRelativeToTheModel) {
