@@ -6,6 +6,7 @@ with numpy; the failure cases exit non-zero with exactly one line on stderr nami
   test_plugin_library.py --engine-build PATH --engine-run PATH --plugin LIB --bad-api-plugin LIB --workdir DIR"""
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,9 @@ def main():
         problems, errors = kiln_e2e.compare_outputs({"y": np.square(1.5 * np.tanh(0.75 * x))}, work / "out", 1e-6, 1e-5)
         res.check("outputs match numpy", problems, "max abs err " + ", ".join(errors))
     i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine")], capture_output=True, text=True)
-    check("inspect shows the plugin layer", i.returncode == 0 and "plugin" in i.stdout, i.stdout + i.stderr)
+    # The layer table row: index, op, kernel, name.
+    check("inspect shows the plugin layer", i.returncode == 0 and bool(re.search(r"^\s+0\s+ScaledTanh\s+plugin\s+scaled$", i.stdout, re.M)),
+          i.stdout + i.stderr)
 
     def expect_error(label, cmd, needles, cwd=work):
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
