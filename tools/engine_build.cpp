@@ -20,7 +20,12 @@ namespace kiln {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n";
+    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n"
+    "  CONFIG.yaml           the build config (see README.md); relative paths in it are relative to its folder\n"
+    "  --output ENGINE       the engine file to write (default: the config's `output`)\n"
+    "  --report REPORT.json  the report to write (default: ENGINE.report.json)\n"
+    "  --no-bench            build, load back and validate only; no benchmark\n"
+    "  --set KEY=VALUE       override a config key by dotted path, e.g. --set benchmark.iterations=20 (repeatable)\n";
 
 struct Args {
   std::string config, output, report;

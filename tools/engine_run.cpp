@@ -43,10 +43,16 @@ constexpr const char* kUsage =
     "[--profile-layers TRACE.json]\n"
     "       engine-run ENGINE --stream DIR [--output-dir OUT]\n"
     "       engine-run --inspect ENGINE\n"
-    "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
+    "  --input NAME=FILE: an input; FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
+    "  --profile NAME: the engine's profile to run (may be omitted when the engine has one)\n"
+    "  --output-dir DIR: write each output as DIR/<name>.npy (required unless --iterations or --profile-layers)\n"
+    "  --iterations N: time N runs after one warm-up and print min/p50/p90/p99/max/mean\n"
+    "  --json FILE: write the latency statistics as JSON\n"
     "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n"
+    "  --disable-pass NAME: build the ONNX model without that graph pass (repeatable)\n"
     "  --no-tactics: an ONNX model runs every op's highest-priority kernel instead of the fastest timed one\n"
-    "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n";
+    "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n"
+    "  --inspect: print the engine's format version, CPU features, profiles, layers with their kernels and weights\n";
 
 struct Args {
   std::string model;

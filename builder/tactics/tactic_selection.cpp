@@ -226,7 +226,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     return key + "|" + attrs_key(step.attrs) + machine;
   };
   // How many steps share each key: a choice weighs in a run by all of them (the ControlTransformer
-  // step's 21 Q/K/V projections are 0.5 % of a run each, 11 % together).
+  // step's 21 Q/K/V projections are each a small share of a run, together a large one).
   std::map<std::string, int> steps_with_key;
   for (size_t s : candidates_steps)
     if (timeable(plan, plan.steps[s], *ctx)) ++steps_with_key[key_of(plan.steps[s])];

@@ -20,7 +20,7 @@
 // (F(2x2,3x3) or F(4x4,3x3) on AVX-512): 2.25x to 4x fewer multiplies than the direct one for 3x3
 // stride-1 convolutions, at a larger rounding error (the input/output transforms add and subtract
 // products of values of different sizes). It computes in the blocked nChw16c layout: NHWC tensors
-// are reordered around it, nchw16c ones (builder/plan_winograd_layout.cpp keeps the values between
+// are reordered around it, nchw16c ones (builder/plan/plan_winograd_layout.cpp keeps the values between
 // Winograd FusedConvs so) are not. It ranks below "onednn": tactic selection runs it only where it
 // times faster. Where oneDNN has no Winograd
 // implementation (not 3x3, stride or dilation != 1, groups, pads > 1, no AVX-512, not float32)
