@@ -86,7 +86,7 @@ StatusOr<int> cmd_compare(const CompareArgs& a) {
 }
 
 struct AbArgs {
-  std::string engine_a, engine_b, db, json, fail_on;
+  std::string engine_a, engine_b, db;
   history::AbOptions opts;
   CompareArgs cmp;
 };
@@ -114,7 +114,7 @@ StatusOr<int> cmd_ab(AbArgs& a) {
   res.comparison.notes.push_back(std::to_string(res.rounds_run) + " ABBA rounds, " + std::to_string(res.a.profiles[0].samples_ms.size()) +
                                  " timed runs a side");
   std::fputs(history::comparison_text(res.comparison).c_str(), stdout);
-  if (!a.json.empty()) KILN_RETURN_IF_ERROR(write_text(a.json, history::comparison_json(res.comparison)));
+  if (!a.cmp.json.empty()) KILN_RETURN_IF_ERROR(write_text(a.cmp.json, history::comparison_json(res.comparison)));
   return gate(a.cmp.fail_on, res.comparison.verdict);
 }
 

@@ -97,7 +97,7 @@ def main():
     problems = []
     if len(rows) != expected_series:
         problems.append(f"{len(rows)} verdict rows, expected {expected_series}")
-    full = [r for r in rows if r[0] == "configs/fixture.yaml" and r[1] == "full" and "baseline" in r[6]]
+    full = [r for r in rows if r[0] == "configs/fixture.yaml" and r[1] == "full" and " vs " in r[6] and "baseline" in r[6]]
     if len(full) != 1:
         problems.append(f"no fixture full row against the baseline: {rows}")
     elif not full[0][6].startswith("regressed"):
