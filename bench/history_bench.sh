@@ -15,7 +15,7 @@ node tests/e2e/browser/check_dashboard.js "$OUT/history.html" "$OUT/history.png"
 import json, sys
 o = json.load(open(sys.argv[1]))
 print(f"  in headless Chromium: script {o['script_duration_ms']:.0f} ms (all tasks {o['task_duration_ms']:.0f} ms), "
-      f"the page's own render {o['render_ms']:.0f} ms; {len(o['charts'])} charts, {o['run_rows']} runs in the table; "
+      f"the page's own render {o['render_ms']:.0f} ms; {len(o['charts'])} charts, {o['run_rows']} runs in the table ({o['runs_button'] or 'all'}); "
       f"console errors: {len(o['console_errors'])}")
 PY
 echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"

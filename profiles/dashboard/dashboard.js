@@ -172,11 +172,22 @@
   // Runs: machine, load, links.
   const link = (path, text) => path ? `<a href="${esc(encodeURI("file://" + path))}">${esc(text)}</a>` : "";
   const load = l => l ? l.map(x => x.toFixed(2)).join(" / ") : "";
-  document.querySelector("#runs tbody").innerHTML = data.runs.slice().reverse().map(r =>
+  // The latest 200 runs at first; the rest on request (a long history need not cost every reader).
+  const runsBody = document.querySelector("#runs tbody");
+  const runRow = r =>
     `<tr><td>${r.id}</td><td>${esc(r.time)}</td><td>${esc(r.label)}</td><td>${esc(r.source)}</td><td>${esc(r.config)}</td>` +
     `<td>${esc(r.kiln_commit)}${r.kiln_dirty ? "+" : ""}</td><td>${esc(r.config_commit)}${r.config_dirty ? "+" : ""}</td>` +
     `<td title="${esc(machineName(r.machine))}">${esc(r.machine.slice(0, 8))}</td><td>${load(r.load_before)}</td><td>${load(r.load_after)}</td>` +
-    `<td>${link(r.report, "report")}</td><td>${Object.entries(r.traces).map(([p, t]) => link(t, p)).join(" ")}</td></tr>`).join("");
+    `<td>${link(r.report, "report")}</td><td>${Object.entries(r.traces).map(([p, t]) => link(t, p)).join(" ")}</td></tr>`;
+  const newestFirst = data.runs.slice().reverse();
+  runsBody.innerHTML = newestFirst.slice(0, 200).map(runRow).join("");
+  if (newestFirst.length > 200) {
+    const more = document.createElement("button");
+    more.id = "all-runs";
+    more.textContent = `show all ${newestFirst.length} runs`;
+    more.addEventListener("click", () => { runsBody.innerHTML = newestFirst.map(runRow).join(""); more.remove(); });
+    document.getElementById("runs-section").appendChild(more);
+  }
 
   window.kilnRenderMs = performance.now() - t0;
   document.body.dataset.rendered = "1";

@@ -159,24 +159,10 @@ std::string dashboard_data_json(const std::vector<RunRecord>& runs, const Dashbo
   }
   j["series"] = jseries;
   j["verdicts"] = verdicts;
-  // Per-op-type time of every run (small), per-layer time of the latest runs (large).
-  json op_types = json::object(), layers = json::object();
-  for (size_t r = 0; r < runs.size(); ++r) {
-    json per_profile = json::object();
-    for (const auto& p : runs[r].profiles) {
-      if (p.layers.empty()) continue;
-      std::map<std::string, double> ops;
-      for (const auto& l : p.layers) {
-        double m = 0;
-        for (double x : l.ms) m += x;
-        ops[l.op_type] += l.ms.empty() ? 0 : m / static_cast<double>(l.ms.size());
-      }
-      json o = json::object();
-      for (auto& [op, ms] : ops) o[op] = r4(ms);
-      per_profile[p.name] = o;
-    }
-    if (!per_profile.empty()) op_types[std::to_string(runs[r].id)] = per_profile;
-    if (!layer_runs.count(r)) continue;
+  // Per-layer times of the latest runs of each series and the baselines (the page's layer and
+  // op-type tables compare any two of them).
+  json layers = json::object();
+  for (size_t r : layer_runs) {
     json lp = json::object();
     for (const auto& p : runs[r].profiles) {
       if (p.layers.empty()) continue;
@@ -190,7 +176,6 @@ std::string dashboard_data_json(const std::vector<RunRecord>& runs, const Dashbo
     }
     if (!lp.empty()) layers[std::to_string(runs[r].id)] = lp;
   }
-  j["op_types"] = op_types;
   j["layers"] = layers;
   return j.dump();
 }
@@ -240,11 +225,6 @@ Status write_dashboard(const HistoryDb& db, const std::string& out_path, const D
       if (!runs[r].label.empty()) want.insert(r);
   }
   for (size_t r : want) KILN_RETURN_IF_ERROR(load_details(db, runs[r], LoadOptions{true, false}));
-  // Op-type sums of the other runs come from their layers too: load those lazily only when the
-  // history is small enough that the page can carry every run's op-type times.
-  if (runs.size() <= 2000)
-    for (size_t r = 0; r < runs.size(); ++r)
-      if (!want.count(r)) KILN_RETURN_IF_ERROR(load_details(db, runs[r], LoadOptions{true, false}));
   const std::string html = dashboard_html(dashboard_data_json(runs, opts, db.path()), opts.title);
   const std::string tmp = out_path + ".tmp";
   {

@@ -72,7 +72,8 @@ def main():
         return res.finish()
     out = json.loads(c.stdout.strip().splitlines()[-1])
     print(json.dumps({k: v for k, v in out.items() if k not in ("charts", "verdict_rows")}, indent=1))
-    res.check("no console errors, no exceptions, no network", [
+    res.check("no console errors, no exceptions, no network, the page's script ran to its end", [
+        "" if out.get("rendered") else "the page's script did not finish",
         f"console: {out['console_errors']}" if out["console_errors"] else "",
         f"exceptions: {out['page_errors']}" if out["page_errors"] else "",
         f"requests: {out['requests_outside']}" if out["requests_outside"] else ""])

@@ -34,8 +34,9 @@ async function main() {
     page.on("request", r => { if (!r.url().startsWith("file://") && !r.url().startsWith("data:")) out.requests_outside.push(r.url()); });
     const client = await page.createCDPSession();
     await client.send("Performance.enable");
+    // The page's inline scripts have run by the load event; no polling (it would add script time).
     await page.goto("file://" + page_path, { waitUntil: "load", timeout: 60000 });
-    await page.waitForFunction(() => document.body.dataset.rendered === "1", { timeout: 60000 });
+    out.rendered = await page.evaluate(() => document.body.dataset.rendered === "1");
     const metrics = (await client.send("Performance.getMetrics")).metrics;
     const m = Object.fromEntries(metrics.map(x => [x.name, x.value]));
     out.script_duration_ms = 1000 * (m.ScriptDuration || 0);
@@ -53,6 +54,7 @@ async function main() {
       layer_rows: document.querySelectorAll("#layer-table tbody tr").length,
       optype_rows: document.querySelectorAll("#optype-table tbody tr").length,
       run_rows: document.querySelectorAll("#runs tbody tr").length,
+      runs_button: (document.getElementById("all-runs") || {}).textContent || "",
       new_machine_notes: document.querySelectorAll(".new-machine").length,
       change_point_notes: [...document.querySelectorAll(".cp-list")].map(e => e.textContent).filter(t => t.length > 0),
       title: document.title,
