@@ -163,7 +163,7 @@ void register_and_run(const std::vector<Shapes>& all, size_t i, const std::strin
           break;
         }
       }
-      st.counters["GFLOP/s"] = benchmark::Counter(gflop * 1e9, benchmark::Counter::kIsIterationInvariantRate);
+      st.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);  // GFLOP per second
       st.counters["GFLOP"] = gflop;
     })->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
   }

@@ -66,7 +66,7 @@ void BM_OnednnMatMul(benchmark::State& st) {
       break;
     }
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(M * K * N), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(M * K * N), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_PanelGemm(benchmark::State& st) {
@@ -94,7 +94,7 @@ void BM_PanelGemm(benchmark::State& st) {
     g.y = c.as<float>();
     panel_gemm::run(g, threads);
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(M * K * N), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(M * K * N), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void shapes(benchmark::internal::Benchmark* b) {

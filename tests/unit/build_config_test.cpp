@@ -362,9 +362,6 @@ TEST(BuildConfig, ShippedConfigsLoad) {
   EXPECT_EQ(inc->streaming.max_steps, 5);
 }
 
-}  // namespace
-}  // namespace kiln
-
 // history: {db, label} (engine-perf's history file, relative to the config) and
 // benchmark.enforce_budget; wrong values name the key.
 TEST(BuildConfig, HistoryAndBudgetGate) {
@@ -385,3 +382,6 @@ TEST(BuildConfig, HistoryAndBudgetGate) {
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.status().message().find("'history.database'"), std::string::npos) << typo.status().message();
 }
+
+}  // namespace
+}  // namespace kiln
