@@ -20,13 +20,22 @@
     `${data.runs.length} runs in ${data.db}; written ${data.generated} by kiln ${data.kiln.version} (${data.kiln.commit.slice(0, 12)})`;
 
   // Verdict table.
+  // The host's load before each run, where it differs enough to explain part of a change (the same
+  // rule as engine-perf compare's note).
+  const loadNote = x => {
+    if (!x || x.load_a == null || x.load_b == null) return "";
+    const cores = Math.max(1, x.cores || 1);
+    if (Math.abs(x.load_a - x.load_b) <= Math.max(1, 0.25 * cores) && Math.max(x.load_a, x.load_b) <= cores) return "";
+    return ` <span class="load-warn" title="load average before the runs; the host's load may explain part of the change (engine-perf ab interleaves)">` +
+      `load ${x.load_a.toFixed(1)} → ${x.load_b.toFixed(1)}</span>`;
+  };
   const vt = document.querySelector("#verdicts tbody");
   vt.innerHTML = data.verdicts.map(v => {
     const p = v.vs_previous, b = v.vs_baseline;
     const ci = x => x ? `${pct(x.p50_change)} [${pct(x.p50_change_ci[0])}, ${pct(x.p50_change_ci[1])}]` : "";
     return `<tr><td>${esc(v.key)}</td><td>${esc(v.profile)}</td><td>${esc(v.machine.slice(0, 8))}</td><td>${esc(runName(v.latest))}</td>` +
-      `<td>${p ? verdict(p.verdict) + " vs " + esc(runName(p.a)) : "(first run)"}</td><td class="num">${ci(p)}</td>` +
-      `<td>${b ? verdict(b.verdict) + " vs " + esc(b.baseline_label || runName(b.a)) : "(no baseline)"}</td><td class="num">${ci(b)}</td></tr>`;
+      `<td>${p ? verdict(p.verdict) + " vs " + esc(runName(p.a)) + loadNote(p) : "(first run)"}</td><td class="num">${ci(p)}</td>` +
+      `<td>${b ? verdict(b.verdict) + " vs " + esc(v.baseline_label || runName(b.a)) + loadNote(b) : "(no baseline)"}</td><td class="num">${ci(b)}</td></tr>`;
   }).join("");
 
   // Charts: one card per series, latency and miss rate side by side.

@@ -166,6 +166,20 @@ Comparison compare_runs(const RunRecord& a, const RunRecord& b, const CompareOpt
   if (!c.same_machine)
     c.notes.push_back("the runs are from different machines (" + a.machine.fingerprint + " " + a.machine.cpu_model + ", " +
                       b.machine.fingerprint + " " + b.machine.cpu_model + "): differences include the machine");
+  // A busy host slows both engines and hides nothing from the statistics above: the samples are
+  // honest, but the change may be the neighbours'. Say so; `engine-perf ab` interleaves instead.
+  if (a.load_before.present && b.load_before.present) {
+    const double la = a.load_before.one, lb = b.load_before.one;
+    const int cores = std::max(1, std::max(a.machine.cores, b.machine.cores));
+    if (std::fabs(la - lb) > std::max(1.0, 0.25 * cores) || std::max(la, lb) > cores) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "load average before the runs: %.2f (A) and %.2f (B) on %d cores: the host's load, not the engines, may explain "
+                    "part of a change; engine-perf ab runs both engines interleaved",
+                    la, lb, cores);
+      c.notes.push_back(buf);
+    }
+  }
   int worst = -1;
   for (const auto& pa : a.profiles) {
     const ProfileRecord* pb = b.find_profile(pa.name);

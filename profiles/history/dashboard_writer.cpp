@@ -49,7 +49,9 @@ namespace {
 json verdict_json(const ProfileComparison& pc, const RunRecord& a, const RunRecord& b) {
   return {{"a", a.id}, {"b", b.id}, {"verdict", pc.verdict}, {"p50_a", pc.a.p50.estimate}, {"p50_b", pc.b.p50.estimate},
           {"p50_change", pc.p50_change}, {"p50_change_ci", {pc.p50_change_ci.lo, pc.p50_change_ci.hi}}, {"p_value", pc.p_value},
-          {"p99_a", pc.a.p99.estimate}, {"p99_b", pc.b.p99.estimate}, {"miss_a", pc.a.miss_rate}, {"miss_b", pc.b.miss_rate}};
+          {"p99_a", pc.a.p99.estimate}, {"p99_b", pc.b.p99.estimate}, {"miss_a", pc.a.miss_rate}, {"miss_b", pc.b.miss_rate},
+          {"load_a", a.load_before.present ? json(a.load_before.one) : json(nullptr)},
+          {"load_b", b.load_before.present ? json(b.load_before.one) : json(nullptr)}, {"cores", std::max(a.machine.cores, b.machine.cores)}};
 }
 
 // Rounds to 4 significant digits: the page shows no more, and 1,000 runs stay small.

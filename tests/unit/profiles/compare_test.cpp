@@ -106,5 +106,19 @@ TEST(HistoryCompare, DifferentMachinesAreNamed) {
   EXPECT_NE(c.notes[1].find("only in B"), std::string::npos);
 }
 
+TEST(HistoryCompare, LoadDifferenceIsNamed) {
+  RunRecord a, b;
+  a.machine.cores = b.machine.cores = 2;
+  a.profiles = {profile("full", 10, 1)};
+  b.profiles = {profile("full", 10, 2)};
+  a.load_before = {0.3, 0.3, 0.3, true};
+  b.load_before = {0.5, 0.4, 0.3, true};
+  EXPECT_TRUE(compare_runs(a, b, CompareOptions{}).notes.empty());
+  b.load_before = {3.5, 2.0, 1.0, true};
+  const Comparison c = compare_runs(a, b, CompareOptions{});
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("load average"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::history
