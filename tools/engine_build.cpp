@@ -1,15 +1,20 @@
 // engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile.
 //   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]
+//                [--record DB [--label NAME]] [--enforce-budget]
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
 #include "profiles/engine_check.h"
+#include "profiles/history/provenance.h"
+#include "profiles/history/recorder.h"
+#include "profiles/history/report_json.h"
 #include "profiles/matmul_peak.h"
 #include "profiles/streaming_check.h"
 #include "builder/tactics/tactic_selection.h"
@@ -21,15 +26,20 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n"
-    "  CONFIG.yaml           the build config (see README.md); relative paths in it are relative to its folder\n"
-    "  --output ENGINE       the engine file to write (default: the config's `output`)\n"
-    "  --report REPORT.json  the report to write (default: ENGINE.report.json)\n"
-    "  --no-bench            build, load back and validate only; no benchmark\n"
-    "  --set KEY=VALUE       override a config key by dotted path, e.g. --set benchmark.iterations=20 (repeatable)\n";
+    "                    [--record DB [--label NAME]] [--enforce-budget]\n"
+    "  CONFIG.yaml         the build config (see README.md); relative paths in it are relative to its folder\n"
+    "  --output ENGINE     the engine file to write (default: the config's `output`)\n"
+    "  --report FILE       the report to write (default: ENGINE.report.json)\n"
+    "  --no-bench          build, load back and validate only; no benchmark\n"
+    "  --set KEY=VALUE     override a config key by dotted path (VALUE is YAML), e.g. --set benchmark.iterations=20 (repeatable)\n"
+    "  --record DB         store the benchmark run in the history file DB (engine-perf reads it); also history.db\n"
+    "  --label NAME        label the recorded run (engine-perf compare takes labels); also history.label\n"
+    "  --enforce-budget    exit non-zero when a profile's p99 misses its budget; also benchmark.enforce_budget\n";
 
 struct Args {
-  std::string config, output, report;
+  std::string config, output, report, record_db, label;
   bool bench = true;
+  bool enforce_budget = false;
   std::vector<std::pair<std::string, std::string>> overrides;
 };
 
@@ -44,6 +54,9 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     if (s == "--output") { KILN_ASSIGN_OR_RETURN(a.output, value()); }
     else if (s == "--report") { KILN_ASSIGN_OR_RETURN(a.report, value()); }
     else if (s == "--no-bench") a.bench = false;
+    else if (s == "--record") { KILN_ASSIGN_OR_RETURN(a.record_db, value()); }
+    else if (s == "--label") { KILN_ASSIGN_OR_RETURN(a.label, value()); }
+    else if (s == "--enforce-budget") a.enforce_budget = true;
     else if (s == "--set") {
       KILN_ASSIGN_OR_RETURN(std::string kv, value());
       const size_t eq = kv.find('=');
@@ -61,6 +74,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     }
   }
   if (a.config.empty()) return InvalidArgument("no config given");
+  if (!a.label.empty() && a.record_db.empty()) return InvalidArgument("--label needs --record DB");
   return a;
 }
 
@@ -136,9 +150,33 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
                 full->bench.latency.p50_ms / step->bench.latency.p50_ms, full->profile.c_str());
 }
 
+// The budget gate: one line per profile (and the streaming loop) whose p99 misses its budget.
+Status check_budgets(const std::vector<ProfileCheck>& checks, const StreamingResult* streaming) {
+  std::string missed;
+  char buf[160];
+  for (const auto& c : checks)
+    if (c.benchmarked && !c.bench.within_budget) {
+      std::snprintf(buf, sizeof buf, "%sprofile '%s' p99 %.2f ms", missed.empty() ? "" : ", ", c.profile.c_str(), c.bench.latency.p99_ms);
+      missed += buf;
+    }
+  if (streaming && streaming->steps > 0 && streaming->latency.p99_ms > streaming->budget_ms) {
+    std::snprintf(buf, sizeof buf, "%sstreaming p99 %.2f ms", missed.empty() ? "" : ", ", streaming->latency.p99_ms);
+    missed += buf;
+  }
+  if (missed.empty()) return Status::Ok();
+  const double budget = checks.empty() ? 0 : checks.front().bench.budget_ms;
+  std::snprintf(buf, sizeof buf, " over the %.4g ms budget (benchmark.enforce_budget)", budget);
+  return FailedPrecondition(missed + buf);
+}
+
 Status run(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double start_time = history::unix_time_now();
+  const history::LoadAverage load_before = history::read_load_average();
   KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
+  if (!args.record_db.empty()) cfg.history = {args.record_db, args.label};
+  if (args.enforce_budget) cfg.benchmark.enforce_budget = true;
+  if (!cfg.history.db.empty() && !args.bench) return InvalidArgument("recording into a history needs the benchmark (drop --no-bench)");
   if (!args.output.empty()) cfg.output = args.output;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   TimingCache cache;
@@ -169,6 +207,7 @@ Status run(const Args& args) {
   }
   std::map<std::string, std::string> extra;
   if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
+  StreamingResult streaming_result;
   if (cfg.streaming.present) {
     KILN_ASSIGN_OR_RETURN(StreamingResult streaming, run_streaming_check(engine, cfg, args.bench, progress));
     char err[32];
@@ -176,14 +215,46 @@ Status run(const Args& args) {
     progress(std::string("streaming: equivalence full(T) vs full(T-1) + step: max abs err ") + err + " (tolerance 1e-4)");
     if (args.bench) print_streaming(streaming, checks);
     extra["streaming"] = streaming_report_json(streaming);
+    streaming_result = streaming;
   }
 
   const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
-  std::ofstream f(report);
-  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra);
-  if (!f) return IoError("cannot write report '" + report + "'");
+  // What the report gains for the history: when, from what and where (history/provenance.h).
+  const auto prov_t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(history::RunRecord prov, history::describe_run(cfg, built.engine_path, cfg.history.label, start_time, load_before));
+  const bool recording = !cfg.history.db.empty();
+  if (recording && args.bench) {
+    // A Chrome trace of each profile's last profiled run, linked from the dashboard.
+    for (auto& c : checks) {
+      if (!c.benchmarked) continue;
+      const std::string trace = report + "." + c.profile + ".trace.json";
+      std::ofstream tf(trace);
+      tf << chrome_trace_json(c.layers, {{"model", cfg.model}, {"profile", c.profile}, {"run", prov.time}});
+      if (!tf) return IoError("cannot write trace '" + trace + "'");
+      c.trace_path = std::filesystem::absolute(trace).lexically_normal().string();
+    }
+  }
+  extra["schema_version"] = std::to_string(history::kReportSchemaVersion);
+  extra["run"] = history::run_section_json(prov);
+  std::string text = build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra, history::machine_fields_json(prov.machine));
+  const double prov_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prov_t0).count();
+  {
+    std::ofstream f(report);
+    f << text;
+    if (!f) return IoError("cannot write report '" + report + "'");
+  }
   std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
               static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());
+  if (recording) {
+    const auto rec_t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(int64_t id, history::record_report(cfg.history.db, text, report));
+    const double rec_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rec_t0).count();
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("history: run %lld recorded into %s%s; provenance and traces %.0f ms + recording %.0f ms = %.2f%% of this run's %.1f s\n",
+                static_cast<long long>(id), cfg.history.db.c_str(), cfg.history.label.empty() ? "" : (" as '" + cfg.history.label + "'").c_str(),
+                prov_ms, rec_ms, 100 * (prov_ms + rec_ms) / wall_ms, wall_ms / 1e3);
+  }
+  if (args.bench && cfg.benchmark.enforce_budget) KILN_RETURN_IF_ERROR(check_budgets(checks, cfg.streaming.present ? &streaming_result : nullptr));
   return Status::Ok();
 }
 
