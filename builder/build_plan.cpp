@@ -1,4 +1,5 @@
 #include "builder/build_plan.h"
+#include "runtime/kernel_names.h"
 
 #include "plugins/plugin_kernel.h"
 #include "plugins/plugin_registry.h"
@@ -120,13 +121,14 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
   const KernelRegistry& reg = KernelRegistry::builtin();
   for (const auto& n : g.nodes) {
     if (n.removed) continue;
-    if (n.domain.empty() && !reg.supports(n.op_type)) return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
+    const bool plugin = is_plugin_op(n.domain, n.op_type);
+    if (!plugin && !reg.supports(kernel_op_name(n.domain, n.op_type))) return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
     PlanStep step;
     step.name = n.name;
     step.op_type = n.op_type;
     step.domain = n.domain;
     step.attrs = n.attrs;
-    if (!n.domain.empty()) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
+    if (plugin) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
     step.replaced_nodes = n.replaced_nodes;
     for (int i : n.inputs) step.inputs.push_back(map_value(i));
     for (int o : n.outputs) step.outputs.push_back(map_value(o));

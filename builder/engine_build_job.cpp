@@ -1,4 +1,5 @@
 #include "builder/engine_build_job.h"
+#include "runtime/kernel_names.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -53,7 +54,7 @@ StatusOr<PluginInputs> plugin_inputs_at(const Graph& graph, const ResolvedProfil
   KILN_RETURN_IF_ERROR(run_pass_pipeline(copy, ctx));
   PluginInputs out;
   for (const auto& n : copy.nodes) {
-    if (n.removed || n.domain.empty()) continue;
+    if (n.removed || !is_plugin_op(n.domain, n.op_type)) continue;
     auto& descs = out[n.name];
     for (int v : n.inputs) {
       const Value* val = v >= 0 ? &copy.values[v] : nullptr;
@@ -72,13 +73,13 @@ StatusOr<PluginInputs> plugin_inputs_at(const Graph& graph, const ResolvedProfil
 // configured plugin reports.
 Status configure_plugins(const Graph& graph, const ResolvedProfile& rp, const std::set<std::string>& disabled, Plan& plan) {
   bool any = false;
-  for (const auto& step : plan.steps) any |= !step.domain.empty();
+  for (const auto& step : plan.steps) any |= is_plugin_op(step.domain, step.op_type);
   if (!any) return Status::Ok();
   KILN_ASSIGN_OR_RETURN(PluginInputs at_min, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kMin, disabled));
   KILN_ASSIGN_OR_RETURN(PluginInputs at_opt, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kOpt, disabled));
   KILN_ASSIGN_OR_RETURN(PluginInputs at_max, plugin_inputs_at(graph, rp, ResolvedProfile::Point::kMax, disabled));
   for (auto& step : plan.steps) {
-    if (step.domain.empty() || !at_min.count(step.name) || !at_opt.count(step.name) || !at_max.count(step.name)) continue;
+    if (!is_plugin_op(step.domain, step.op_type) || !at_min.count(step.name) || !at_opt.count(step.name) || !at_max.count(step.name)) continue;
     const auto &lo = at_min[step.name], &mid = at_opt[step.name], &hi = at_max[step.name];
     if (lo.size() != step.inputs.size() || mid.size() != lo.size() || hi.size() != lo.size()) continue;
     std::vector<PluginInputRange> ranges;
@@ -115,7 +116,7 @@ std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
   const KernelRegistry& reg = KernelRegistry::builtin();
   std::set<std::string> fp32_ops;
   for (auto& step : plan.steps) {
-    if (!step.domain.empty()) {
+    if (is_plugin_op(step.domain, step.op_type)) {
       // A plugin opts in by declaring a string field `precision` (it may omit it from its saved
       // fields while it is at the fp32 default, as kiln::Attention does).
       bool declared = false;
@@ -132,7 +133,7 @@ std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
       continue;
     }
     bool has_bf16 = false;
-    for (const KernelEntry* e : reg.implementations(step.op_type)) has_bf16 |= e->impl == "onednn_bf16";
+    for (const KernelEntry* e : reg.implementations(kernel_op_name(step.domain, step.op_type))) has_bf16 |= e->impl == "onednn_bf16";
     if (has_bf16) step.impl = "onednn_bf16";
     else if (kFloatComputeOps.count(step.op_type)) fp32_ops.insert(step.op_type);
   }
@@ -145,8 +146,8 @@ uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& pla
   uint64_t f = 0;
   for (const auto& plan : plans)
     for (const auto& step : plan->steps) {
-      if (!step.domain.empty()) continue;
-      for (const KernelEntry* e : reg.implementations(step.op_type))
+      if (is_plugin_op(step.domain, step.op_type)) continue;
+      for (const KernelEntry* e : reg.implementations(kernel_op_name(step.domain, step.op_type)))
         if (e->impl == step.impl) f |= e->cpu_features;
     }
   return f;

@@ -1,4 +1,5 @@
 #include "runtime/execution_context.h"
+#include "runtime/kernel_names.h"
 
 #include <algorithm>
 #include <chrono>
@@ -71,13 +72,15 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   for (size_t s = 0; s < ns; ++s) {
     const PlanStep& step = plan->steps[s];
     KernelArgs args;
-    args.op_type = step.op_type;
+    const std::string op_name = kernel_op_name(step.domain, step.op_type);  // args.op_type views it
+    args.op_type = op_name;
     args.node_name = step.name;
     args.opset = plan->opset;
     args.num_inputs = static_cast<int>(step.inputs.size());
     args.num_outputs = static_cast<int>(step.outputs.size());
-    // Steps of a custom domain are plugins; the kernel registry holds only the default domain.
-    KILN_ASSIGN_OR_RETURN(auto kernel, step.domain.empty() ? registry.create(args, step.attrs, step.impl) : create_plugin_kernel(step));
+    // Steps of a custom domain are plugins, except kiln's own fused ops (kernel_op_name).
+    KILN_ASSIGN_OR_RETURN(auto kernel, is_plugin_op(step.domain, step.op_type) ? create_plugin_kernel(step)
+                                                                               : registry.create(args, step.attrs, step.impl));
     ctx->kernels_.push_back(std::move(kernel));
     for (int v : step.inputs)
       if (v >= 0) ctx->last_use_[v] = static_cast<int>(s);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "builder/passes/pass.h"
+#include "runtime/kernel_names.h"
 #include "builder/passes/sym_linear.h"
 #include "plugins/plugin_registry.h"
 #include "runtime/kernel.h"
@@ -637,7 +638,7 @@ Status plugin_rule(Graph& g, Node& n) {
 // Generic inference by the kernel itself, for concrete input shapes. Returns the kernel's error
 // when it rejects the shapes; OK when it inferred them or could not be asked.
 Status kernel_rule(Graph& g, Node& n) {
-  if (!n.domain.empty()) return plugin_rule(g, n);
+  if (is_plugin_op(n.domain, n.op_type)) return plugin_rule(g, n);
   // Broadcasting and unary ops never read input data to infer shapes (CumSum, Trilu and Clip have
   // scalar inputs their kernels may read, so they stay out).
   const bool independent = kDataIndependent.count(n.op_type) > 0 || kBroadcast.count(n.op_type) > 0 ||
@@ -664,7 +665,8 @@ Status kernel_rule(Graph& g, Node& n) {
     }
   }
   KernelArgs args;
-  args.op_type = n.op_type;
+  const std::string op_name = kernel_op_name(n.domain, n.op_type);  // args.op_type views it
+  args.op_type = op_name;
   args.node_name = n.name;
   args.opset = g.opset;
   args.num_inputs = static_cast<int>(n.inputs.size());
@@ -678,6 +680,23 @@ Status kernel_rule(Graph& g, Node& n) {
     if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, from_shape(descs[o].shape));
   return Status::Ok();
 }
+
+// ---- issue 19: shape rule of kiln::FusedElementwise (builder/passes/elementwise_fusion.cpp) ----
+// float32, of its inputs' broadcast shape (symbolic dims included).
+bool fused_elementwise_rule(Graph& g, Node& n) {
+  if (n.domain != "kiln" || n.op_type != "FusedElementwise" || n.outputs.size() != 1) return false;
+  std::optional<Dims> shape = Dims{};
+  for (int v : n.inputs) {
+    if (v < 0 || !g.values[v].shape) {
+      shape.reset();
+      break;
+    }
+    shape = broadcast(*shape, *g.values[v].shape);
+  }
+  set_out(g, n, 0, DType::kFloat32, shape);
+  return true;
+}
+// ---- end issue 19 block ----
 
 }  // namespace
 
@@ -708,6 +727,7 @@ bool batch_probe(Graph& g, Node& n) {
 
 void infer_node(Graph& g, Node& n, const DimRanges& ranges) {
   infer_sym_value(g, n);
+  if (fused_elementwise_rule(g, n)) return;
   if (n.domain.empty() && symbolic_rule(g, n, ranges)) {
     // A rule may leave dims unknown that the kernel can fill in once everything is concrete.
     bool all_known = true;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "runtime/kernel.h"
+#include "runtime/kernel_names.h"
 #include "runtime/kernels/families.h"
 
 namespace kiln {
@@ -24,6 +25,10 @@ KernelRegistry build_registry() {
 const KernelRegistry& KernelRegistry::builtin() {
   static const KernelRegistry registry = build_registry();
   return registry;
+}
+
+bool is_plugin_op(const std::string& domain, const std::string& op_type) {
+  return !domain.empty() && !KernelRegistry::builtin().supports(kernel_op_name(domain, op_type));
 }
 
 bool KernelRegistry::supports(std::string_view op_type) const {
