@@ -141,7 +141,10 @@ def kiln_us(args, names):
         if "error_message" in b:
             continue
         scale = {"us": 1.0, "ms": 1000.0, "ns": 1e-3}[b["time_unit"]]
-        out[b["name"]] = b["real_time"] * scale
+        # One thread: CPU time, which leaves out the time the process sat descheduled on a shared
+        # machine (ORT's per-run median does the same by ignoring the runs that were preempted). More
+        # threads: wall time (CPU time would add up the threads).
+        out[b["name"]] = (b["cpu_time"] if args.threads == 1 else b["real_time"]) * scale
     return out
 
 
@@ -195,7 +198,8 @@ def main(argv=None):
         f"- Machine: {cpu}, {os.cpu_count()} CPUs, shared with other work; load average at start "
         f"{', '.join(f'{x:.2f}' for x in load_start)}, at end {', '.join(f'{x:.2f}' for x in load_end)}.",
         f"- {a.threads} threads each. kiln: `build/op-bench` (Google benchmark, the kernel's run() as a plan step "
-        "calls it, created and prepared once); ORT: the op's node kernel time from ORT's own profiler "
+        "calls it, created and prepared once; with 1 thread its CPU time per run, with more its wall time); "
+        "ORT: the median of the op's node kernel time over the runs, from ORT's own profiler "
         f"(enableProfiling) in a single-op model, {a.iterations} runs per round after 5 warm-ups. "
         f"{a.rounds} rounds alternating kiln and ORT; medians over rounds. ORT/kiln > 1: kiln is faster.",
         "- kiln's Gelu rows are its vector GELU (what elementwise_fusion emits for a written-out GELU) against "

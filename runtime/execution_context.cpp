@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "plugins/plugin_kernel.h"
+#include "runtime/plugin_host/plugin_kernel.h"
 
 namespace kiln {
 
@@ -71,13 +71,9 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   size_t max_in = 0, max_out = 0;
   for (size_t s = 0; s < ns; ++s) {
     const PlanStep& step = plan->steps[s];
-    KernelArgs args;
+    KernelArgs args = KernelArgs::of(step, plan->opset);
     const std::string op_name = kernel_op_name(step.domain, step.op_type);  // args.op_type views it
     args.op_type = op_name;
-    args.node_name = step.name;
-    args.opset = plan->opset;
-    args.num_inputs = static_cast<int>(step.inputs.size());
-    args.num_outputs = static_cast<int>(step.outputs.size());
     // Steps of a custom domain are plugins, except kiln's own fused ops (kernel_op_name).
     KILN_ASSIGN_OR_RETURN(auto kernel, is_plugin_op(step.domain, step.op_type) ? create_plugin_kernel(step)
                                                                                : registry.create(args, step.attrs, step.impl));

@@ -9,7 +9,7 @@
 #include "builder/passes/pass.h"
 #include "runtime/kernel_names.h"
 #include "builder/passes/sym_linear.h"
-#include "plugins/plugin_registry.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -664,13 +664,9 @@ Status kernel_rule(Graph& g, Node& n) {
       views.push_back(TensorView{nullptr, val.dtype, shape});
     }
   }
-  KernelArgs args;
+  KernelArgs args = KernelArgs::of(n, g.opset);
   const std::string op_name = kernel_op_name(n.domain, n.op_type);  // args.op_type views it
   args.op_type = op_name;
-  args.node_name = n.name;
-  args.opset = g.opset;
-  args.num_inputs = static_cast<int>(n.inputs.size());
-  args.num_outputs = static_cast<int>(n.outputs.size());
   auto kernel = KernelRegistry::builtin().create(args, n.attrs);
   if (!kernel.ok()) return Status::Ok();  // unsupported ops are reported when the plan is built
   std::vector<TensorDesc> descs(n.outputs.size());

@@ -39,8 +39,8 @@ struct Table {
   SumFn sum;
 };
 
-// The table for this CPU: AVX-512 where the CPU has F/BW/DQ/VL and KILN_SIMD is not "avx2"
-// (the environment variable lets tests and benchmarks pin the baseline).
+// The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA
+// caps it) and KILN_SIMD is not "avx2" (which lets tests and benchmarks pin the baseline).
 const Table& table();
 const Table& avx2_table();
 const Table* avx512_table();  // null on CPUs without AVX-512

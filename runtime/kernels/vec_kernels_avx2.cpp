@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/cpu_features.h"
 #include "runtime/simd/vec_avx2.h"
 
 #include "runtime/kernels/vec_kernels.h"
@@ -12,10 +13,8 @@ namespace {
 using namespace kiln::simd::avx2;
 #include "runtime/kernels/vec_kernels.inc"
 
-bool cpu_has_avx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
+// kiln's one CPU-feature detector (capped by KILN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA like the rest).
+bool cpu_has_avx512() { return cpu_info().avx512; }
 }  // namespace
 
 Table make_avx512_table();  // vec_kernels_avx512.cpp
