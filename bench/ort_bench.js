@@ -3,7 +3,7 @@
 // done by onnxruntime-node (CPU execution provider), so both engines see the same model and inputs.
 //
 //   node ort_bench.js MODEL.onnx --input NAME=FILE.npy ... [--threads T] [--warmup W] [--iterations N]
-//       [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...]
+//       [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...] [--profile PREFIX]
 //
 // Session: intraOpNumThreads T (default 2), interOpNumThreads 1, sequential execution, graph
 // optimization level 'all'. Runs W warm-ups (default 1, like engine-run) then N timed runs (default 10)
@@ -11,6 +11,9 @@
 // nearest-rank percentiles as kiln's profiles/latency_stats.cpp. --output-dir writes each output as
 // DIR/<name>.npy (name sanitized as engine-run does) for comparing the two engines' results. --config adds an
 // ORT session config entry (onnxruntime_session_options_config_keys.h), e.g. session.intra_op.allow_spinning=0.
+// --profile PREFIX turns on ORT's own profiler (enableProfiling) for the whole session and ends it after the
+// timed runs: ORT writes PREFIX_<date>.json, a Chrome trace with each node's kernel time per run
+// (bench/run_op_bench.py reads it).
 'use strict';
 
 const fs = require('fs');
@@ -18,7 +21,7 @@ const path = require('path');
 const ort = require('onnxruntime-node');
 
 const USAGE = 'usage: node ort_bench.js MODEL.onnx --input NAME=FILE.npy ... [--threads T] [--warmup W] ' +
-    '[--iterations N] [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...]';
+    '[--iterations N] [--json FILE] [--output-dir DIR] [--config KEY=VALUE ...] [--profile PREFIX]';
 
 // npy descr -> [ORT tensor type, typed array constructor, bytes per element].
 const NPY_TYPES = {
@@ -35,7 +38,7 @@ function fail(msg) {
 }
 
 function parseArgs(argv) {
-  const a = {model: null, inputs: [], threads: 2, warmup: 1, iterations: 10, json: null, outputDir: null, config: {}};
+  const a = {model: null, inputs: [], threads: 2, warmup: 1, iterations: 10, json: null, outputDir: null, config: {}, profile: null};
   const intArg = (flag, v, min) => {
     const n = Number(v);
     if (v === undefined || !Number.isInteger(n) || n < min) fail(`${flag} needs an integer >= ${min}, got '${v}'`);
@@ -62,6 +65,7 @@ function parseArgs(argv) {
     else if (s === '--iterations') a.iterations = intArg(s, next(), 1);
     else if (s === '--json') a.json = next();
     else if (s === '--output-dir') a.outputDir = next();
+    else if (s === '--profile') a.profile = next();
     else if (s === '-h' || s === '--help') { console.log(USAGE); process.exit(0); }
     else if (s.startsWith('--')) fail(`unknown option '${s}'\n${USAGE}`);
     else if (a.model === null) a.model = s;
@@ -145,6 +149,10 @@ async function main() {
     executionMode: 'sequential',
     graphOptimizationLevel: 'all',
   };
+  if (a.profile) {
+    options.enableProfiling = true;
+    options.profileFilePrefix = a.profile;
+  }
   // The Node binding takes config entries as a nested object whose path is the dotted key.
   if (Object.keys(a.config).length > 0) {
     options.extra = {};
@@ -182,6 +190,7 @@ async function main() {
     out = await session.run(feeds);
     samples.push(Number(process.hrtime.bigint() - s) / 1e6);
   }
+  if (a.profile) session.endProfiling();
   const st = stats(samples);
   const result = {latency_ms: st, iterations: a.iterations, warmup: a.warmup, threads: a.threads,
     session_create_ms: Math.round(loadMs * 10) / 10, ort_version: ort.env.versions.common, config: a.config};

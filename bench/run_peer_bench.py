@@ -4,6 +4,12 @@ and on "unseen exports" (attention written with other module code, bench/unseen_
 
   /usr/bin/python3 bench/run_peer_bench.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
       [--kiln-env NAME=VALUE ...] [--ort-config KEY=VALUE ...] [--results FILE] [--markdown FILE]
+      [--zoo | --zoo-only] [--fusion-off] [--busy]
+
+--zoo adds (--zoo-only runs only) the torchvision zoo of models/torchvision_zoo.py at batch 1, each compared
+with PyTorch's output too. --fusion-off adds a third engine in every round: kiln with attention fusion off
+(`--disable-pass attention_fusion`, i.e. `fusions: {attention: off}`). --busy keeps a spinning process on one
+core for the whole run (the co-tenant case).
 
 For each workload (model/profile) both engines get the same .onnx and the same input .npy files, and run
 IN ALTERNATION: round r runs ORT (1 warm-up + N timed runs), then kiln (engine-run: build for the input
@@ -42,6 +48,9 @@ import onnx
 
 import unseen_exports
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models"))
+import torchvision_zoo  # noqa: E402
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 OUT = os.path.join(BENCH, "out")
@@ -69,6 +78,9 @@ WORKLOAD_NOTES = {
     "vit/batch2": "2x3x224x224",
     **unseen_exports.NOTES,
 }
+# --zoo: every architecture of models/torchvision_zoo.py at batch 1 (random weights, PyTorch reference).
+ZOO_WORKLOADS = [(name, "batch1", "batch1") for name in torchvision_zoo.ZOO]
+WORKLOAD_NOTES.update({f"{name}/batch1": f"zoo: 1x3x224x224, {family}" for name, (_, family) in torchvision_zoo.ZOO.items()})
 GPT2_SHAPES = {"prefill128": (128, 0), "decode1024": (1, 1024)}  # (new tokens, past tokens)
 
 
@@ -107,6 +119,10 @@ def ensure_export(model, cases):
     if os.path.exists(onnx_path) and not missing:
         return
     os.makedirs(os.path.dirname(onnx_path), exist_ok=True)
+    if model in torchvision_zoo.ZOO:
+        log(f"exporting {model} (torchvision zoo) ...")
+        torchvision_zoo.export(model, OUT, 224, quiet=True, onnx_path=onnx_path, case=case_dir(model, "batch1"))
+        return
     if model in unseen_exports.CASES:
         unseen_exports.export(model, onnx_path, os.path.join(OUT, "cases", model), missing, log)
         return
@@ -193,6 +209,12 @@ def run_kiln(args, onnx_path, inputs, json_path, out_dir):
     return cmd, env
 
 
+def run_kiln_unfused(args, onnx_path, inputs, json_path, out_dir):
+    """kiln with attention fusion off (what `fusions: {attention: off}` does in a build config)."""
+    cmd, env = run_kiln(args, onnx_path, inputs, json_path, out_dir)
+    return cmd + ["--disable-pass", "attention_fusion"], env
+
+
 def compare_dirs(test_dir, ref_dir):
     """{output file: {max_abs_err, max_abs_ref} or {error}} for every .npy in REF_DIR."""
     res = {}
@@ -235,6 +257,8 @@ def bench_workload(args, model, profile, case):
     run_dir = os.path.join(OUT, "runs", f"{model}_{profile}")
     shutil.rmtree(run_dir, ignore_errors=True)
     engines = {"ort": run_ort, "kiln": run_kiln}
+    if args.fusion_off:
+        engines["kiln_unfused"] = run_kiln_unfused
     rec = {"workload": key, "shape": WORKLOAD_NOTES[key], "rounds": []}
     failed = {}
     for r in range(args.rounds):
@@ -273,6 +297,9 @@ def bench_workload(args, model, profile, case):
         rec[f"{eng}_p50"] = statistics.median(p50s) if p50s and eng not in failed else None
         rec[f"{eng}_error"] = failed.get(eng)
     rec["ratio_ort_over_kiln"] = (rec["ort_p50"] / rec["kiln_p50"]) if rec["ort_p50"] and rec["kiln_p50"] else None
+    if args.fusion_off:
+        u = rec.get("kiln_unfused_p50")
+        rec["ratio_ort_over_kiln_unfused"] = (rec["ort_p50"] / u) if rec["ort_p50"] and u else None
 
     ort_dir, kiln_dir = os.path.join(run_dir, "ort"), os.path.join(run_dir, "kiln")
     if os.path.isdir(ort_dir) and os.path.isdir(kiln_dir):
@@ -280,6 +307,8 @@ def bench_workload(args, model, profile, case):
     expected = os.path.join(case_dir(model, case), "expected")
     if os.path.isdir(expected) and os.path.isdir(ort_dir):
         rec["ort_vs_pytorch"] = compare_dirs(ort_dir, expected)
+    if os.path.isdir(expected) and os.path.isdir(kiln_dir):
+        rec["kiln_vs_pytorch"] = compare_dirs(kiln_dir, expected)
     return rec
 
 
@@ -295,17 +324,24 @@ def fmt_err(cmp):
 
 
 def table(records):
-    head = ["model/profile", "shape", "ORT p50 ms", "kiln p50 ms", "ORT/kiln", "max |kiln-ORT| (output)",
-            "max |ORT-PyTorch| (output)"]
+    unfused = any("kiln_unfused_p50" in rec for rec in records)
+    head = ["model/profile", "shape", "ORT p50 ms", "kiln p50 ms", "ORT/kiln"]
+    if unfused:
+        head += ["kiln attention-off p50 ms", "ORT/kiln attention-off"]
+    head += ["max |kiln-ORT| (output)", "max |ORT-PyTorch| (output)", "max |kiln-PyTorch| (output)"]
     rows = []
     for rec in records:
-        rows.append([
+        row = [
             rec["workload"], rec["shape"],
             fmt_ms(rec["ort_p50"]) if not rec["ort_error"] else "FAILED",
             fmt_ms(rec["kiln_p50"]) if not rec["kiln_error"] else "FAILED",
             "—" if rec["ratio_ort_over_kiln"] is None else f"{rec['ratio_ort_over_kiln']:.3f}",
-            fmt_err(rec.get("kiln_vs_ort")), fmt_err(rec.get("ort_vs_pytorch")),
-        ])
+        ]
+        if unfused:
+            row += [fmt_ms(rec.get("kiln_unfused_p50")) if not rec.get("kiln_unfused_error") else "FAILED",
+                    "—" if rec.get("ratio_ort_over_kiln_unfused") is None else f"{rec['ratio_ort_over_kiln_unfused']:.3f}"]
+        row += [fmt_err(rec.get("kiln_vs_ort")), fmt_err(rec.get("ort_vs_pytorch")), fmt_err(rec.get("kiln_vs_pytorch"))]
+        rows.append(row)
     return head, rows
 
 
@@ -382,6 +418,9 @@ def write_markdown(path, result, head, rows):
         f"1 warm-up run before each; {result['threads']} threads for both (ORT intraOpNumThreads, "
         "interOpNumThreads 1, graphOptimizationLevel 'all'; kiln OMP_NUM_THREADS). "
         "ORT and kiln alternate (ORT, kiln, ORT, kiln, ...) on the same .onnx and input files.",
+        f"- Co-tenant: {'one spinning process (busy loop) for the whole run' if result.get('busy_loop') else 'none'}. "
+        "'attention-off' = kiln built with attention fusion disabled (`--disable-pass attention_fusion`, as "
+        "`fusions: {attention: off}` in a build config).",
         f"- kiln environment: {' '.join(['OMP_NUM_THREADS=' + str(result['threads'])] + result['kiln_env'])}; "
         f"ORT session config entries: {', '.join(result['ort_config']) or 'none (defaults)'}.",
         "- p50 = median over rounds of each round's p50. ORT/kiln > 1 means kiln is faster. Session creation "
@@ -431,6 +470,11 @@ def main(argv=None):
     p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
                    help="ORT session config entry (repeatable)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds allowed for one engine process")
+    p.add_argument("--zoo", action="store_true", help="add the torchvision zoo (models/torchvision_zoo.py) at batch 1")
+    p.add_argument("--zoo-only", action="store_true", help="run the zoo only")
+    p.add_argument("--fusion-off", action="store_true",
+                   help="also run kiln with attention fusion off (engine-run --disable-pass attention_fusion)")
+    p.add_argument("--busy", action="store_true", help="keep one core busy with a spinning process during the runs")
     p.add_argument("--results", default=os.path.join(BENCH, "results.json"))
     p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS.md"))
     a = p.parse_args(argv)
@@ -445,7 +489,8 @@ def main(argv=None):
     if not os.path.isdir(os.path.join(BENCH, "node_modules", "onnxruntime-node")):
         p.error("onnxruntime-node is not installed: cd bench && npm install --ignore-scripts")
 
-    selected = [w for w in WORKLOADS if not a.only or w[0] in a.only or f"{w[0]}/{w[1]}" in a.only]
+    pool = ([] if a.zoo_only else WORKLOADS) + (ZOO_WORKLOADS if a.zoo or a.zoo_only else [])
+    selected = [w for w in pool if not a.only or w[0] in a.only or f"{w[0]}/{w[1]}" in a.only]
     if not selected:
         p.error(f"--only matches nothing; workloads: {', '.join(f'{m}/{c}' for m, c, _ in WORKLOADS)}")
 
@@ -460,6 +505,10 @@ def main(argv=None):
         if case is None:
             ensure_gpt2_inputs(profile)
 
+    busy = None
+    if a.busy:  # a co-tenant: one process spinning on the CPU for the whole run
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        log(f"busy loop running (pid {busy.pid})")
     records = []
     for model, profile, case in selected:
         log(f"{model}/{profile}:")
@@ -472,13 +521,16 @@ def main(argv=None):
                             "ort_p50_rounds": [], "kiln_p50_rounds": [], "ort_error": str(e),
                             "kiln_error": str(e), "rounds": []})
 
+    if busy:
+        busy.kill()
+        busy.wait()
     load_end = os.getloadavg()
     result = {
         "command": command, "started": started,
         "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine_info(), "loadavg_start": list(load_start), "loadavg_end": list(load_end),
         "versions": versions(a), "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
-        "kiln_env": a.kiln_env, "ort_config": a.ort_config,
+        "kiln_env": a.kiln_env, "ort_config": a.ort_config, "busy_loop": a.busy, "fusion_off": a.fusion_off,
         "workloads": records,
     }
     head, rows = table(records)

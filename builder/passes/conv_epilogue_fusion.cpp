@@ -9,6 +9,9 @@
 // Add is fused only when shape inference proved the residual has the convolution output's exact
 // shape (the kernel does not broadcast). The fused node takes the Conv's name and lists every node
 // it replaced.
+#include <cmath>
+#include <optional>
+
 #include "builder/passes/pass.h"
 
 namespace kiln {
@@ -46,6 +49,72 @@ bool same_shape(const Graph& g, int r, int like) {
   return true;
 }
 
+// The one-element float32 constant `v` as a float, or `fallback` when `v` is absent (-1).
+std::optional<float> scalar_or(const Graph& g, int v, float fallback) {
+  if (v < 0) return fallback;
+  const Value& c = g.values[v];
+  if (!c.is_constant() || c.constant.dtype() != DType::kFloat32 || c.constant.numel() != 1) return std::nullopt;
+  return c.constant.as<float>()[0];
+}
+
+// The activation applied to `v` (a convolution's output) that the FusedConv epilogue computes:
+// Relu, HardSwish, Clip with constant bounds (ReLU6), Sigmoid, Mul(v, Sigmoid(v)) (SiLU, as
+// exporters write nn.SiLU), or Gelu. Every intermediate value must be read by the pattern only.
+struct Activation {
+  std::string name = "none";
+  float alpha = 0, beta = 0;
+  std::vector<Node*> nodes;  // in order; the last one's output is the activation's
+};
+Activation match_activation(Graph& g, const std::vector<int>& uses, int v) {
+  Activation a;
+  auto unary = [](const Node* n) { return n && n->inputs.size() >= 1 && n->outputs.size() == 1; };
+  if (uses[v] == 2 && g.values[v].dtype == DType::kFloat32) {  // SiLU: v feeds the Sigmoid and the Mul
+    Node *sig = nullptr, *mul = nullptr;
+    for (auto& n : g.nodes) {
+      if (n.removed) continue;
+      for (int i : n.inputs)
+        if (i == v) {
+          if (is(&n, "Sigmoid") && !sig) sig = &n;
+          else if (is(&n, "Mul") && !mul) mul = &n;
+        }
+    }
+    if (sig && mul && sig->outputs.size() == 1 && mul->inputs.size() == 2 && mul->outputs.size() == 1 &&
+        sole_consumer(g, uses, sig->outputs[0]) == mul &&
+        ((mul->inputs[0] == v && mul->inputs[1] == sig->outputs[0]) || (mul->inputs[1] == v && mul->inputs[0] == sig->outputs[0]))) {
+      a.name = "silu";
+      a.nodes = {sig, mul};
+    }
+    return a;
+  }
+  Node* n = sole_consumer(g, uses, v);
+  if (!unary(n) || n->inputs[0] != v) return a;
+  if (is(n, "Relu")) a.name = "relu";
+  else if (is(n, "Sigmoid")) a.name = "sigmoid";
+  else if (is(n, "HardSwish")) a.name = "hardswish";
+  else if (is(n, "Gelu")) {
+    auto it = n->attrs.find("approximate");
+    a.name = it != n->attrs.end() && it->second.s == "tanh" ? "gelu_tanh" : "gelu_erf";
+  } else if (is(n, "Clip")) {
+    // Opset 11+: bounds as inputs; earlier: attributes min/max.
+    const float lo_default = -INFINITY, hi_default = INFINITY;
+    std::optional<float> lo, hi;
+    if (n->inputs.size() > 1) {
+      lo = scalar_or(g, n->inputs[1], lo_default);
+      hi = n->inputs.size() > 2 ? scalar_or(g, n->inputs[2], hi_default) : std::optional<float>(hi_default);
+    } else {
+      auto mn = n->attrs.find("min"), mx = n->attrs.find("max");
+      lo = mn != n->attrs.end() ? mn->second.f : lo_default;
+      hi = mx != n->attrs.end() ? mx->second.f : hi_default;
+    }
+    if (!lo || !hi) return a;
+    a.name = "clip";
+    a.alpha = *lo;
+    a.beta = *hi;
+  }
+  if (a.name != "none") a.nodes = {n};
+  return a;
+}
+
 }  // namespace
 
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx) {
@@ -64,12 +133,10 @@ Status conv_epilogue_fusion(Graph& g, PassContext& ctx) {
         cur = add->outputs[0];
       }
     }
-    std::string act = "none";
-    if (Node* relu = sole_consumer(g, uses, cur); is(relu, "Relu") && relu->inputs.size() == 1 && relu->outputs.size() == 1) {
-      act = "relu";
-      chain.push_back(relu);
-      cur = relu->outputs[0];
-    }
+    const Activation a = match_activation(g, uses, cur);
+    const std::string act = a.name;
+    for (Node* n : a.nodes) chain.push_back(n);
+    if (!a.nodes.empty()) cur = a.nodes.back()->outputs[0];
     Node f;
     f.name = g.nodes[idx].name;
     f.op_type = "FusedConv";
@@ -81,6 +148,10 @@ Status conv_epilogue_fusion(Graph& g, PassContext& ctx) {
     f.outputs = {cur};
     f.attrs = g.nodes[idx].attrs;
     f.attrs["activation"] = Attribute::String(act);
+    if (act == "clip") {
+      f.attrs["activation_alpha"] = Attribute::Float(a.alpha);
+      f.attrs["activation_beta"] = Attribute::Float(a.beta);
+    }
     for (Node* n : chain) {
       f.replaced_nodes.push_back(n->name);
       n->removed = true;

@@ -52,6 +52,8 @@ Status selected_row_narrowing(Graph& g, PassContext& ctx);
 Status slice_pushdown(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
+Status batchnorm_folding(Graph& g, PassContext& ctx);
+Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);
 Status dead_node_elimination(Graph& g, PassContext& ctx);
 

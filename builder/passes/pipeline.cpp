@@ -45,11 +45,23 @@ const std::vector<Pass>& pass_pipeline() {
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
        "exporter's own nodes, and after folding, which makes weights and GELU's scalars constants",
        matmul_epilogue_fusion},
+      {"batchnorm_folding",
+       "fold each inference BatchNormalization with constant statistics into the Conv before it (new weight and "
+       "bias), or else turn it into a per-channel Mul and Add that elementwise_fusion joins with the activation "
+       "after it; after folding, which makes the statistics and weights constants, before conv_epilogue_fusion, "
+       "which then fuses the activation after the folded Conv",
+       batchnorm_folding},
       {"conv_epilogue_fusion",
        "turn each Conv with a constant weight, with the residual Add and Relu that follow it, into one FusedConv "
        "(one oneDNN convolution with post-ops, weights prepacked once); after folding, which makes the weights "
        "constants, and after shape inference, which proves the residual needs no broadcasting",
        conv_epilogue_fusion},
+      {"elementwise_fusion",
+       "merge each tree of elementwise ops (activations, broadcasting arithmetic, comparisons, Where, Cast, Pow, "
+       "and written-out LayerNorm/RMSNorm) whose inner values nothing else reads into one kiln::FusedElementwise "
+       "step, a vector register program making one pass over memory; after the matmul and conv epilogue fusions, "
+       "which compute the activations they can in their own epilogues",
+       elementwise_fusion},
       {"conv_channels_last",
        "keep the values flowing from FusedConv to FusedConv in NHWC, oneDNN's computing layout, so no reorder runs "
        "between convolutions; after conv_epilogue_fusion, which creates the FusedConvs",

@@ -424,6 +424,21 @@ Status kernel_rule(Graph& g, Node& n) {
   return Status::Ok();
 }
 
+// kiln's FusedElementwise (builder/passes/elementwise_fusion.cpp): float32, of its inputs'
+// broadcast shape (symbolic dims included).
+bool fused_elementwise_rule(Graph& g, Node& n) {
+  if (n.domain != kKilnDomain || n.op_type != "FusedElementwise" || n.outputs.size() != 1) return false;
+  std::optional<Dims> shape = Dims{};
+  for (int v : n.inputs) {
+    if (v < 0 || !g.values[v].shape) {
+      shape.reset();
+      break;
+    }
+    shape = broadcast(*shape, *g.values[v].shape);
+  }
+  set_out(g, n, 0, DType::kFloat32, shape);
+  return true;
+}
 
 }  // namespace shape_rules
 
@@ -457,6 +472,7 @@ bool batch_probe(Graph& g, Node& n) {
 
 void infer_node(Graph& g, Node& n, const DimRanges& ranges) {
   infer_sym_value(g, n);
+  if (fused_elementwise_rule(g, n)) return;
   if (is_kernel_domain(n.domain) && symbolic_rule(g, n, ranges)) {
     // A rule may leave dims unknown that the kernel can fill in once everything is concrete.
     bool all_known = true;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "plugins/attention/attention_tiles.h"
+#include "runtime/simd/vec_avx2.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "the attention kernel needs AVX2 and FMA (kiln builds with -march=x86-64-v3)"
@@ -16,26 +17,9 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// exp for 8 floats (Cephes polynomial, ~1 ulp); inputs below the float range (including -inf)
-// give exactly 0 so masked scores carry no weight.
-inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f);
-  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), lo);
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
+// exp of kiln's vector math library (runtime/simd/vec_avx2.h: header-only, no runtime
+// dependency; see docs/simd.md): exp(-inf) = 0, so masked scores carry no weight.
+inline __m256 exp8(__m256 x) { return simd::avx2::exp(x); }
 
 // The two tile products, 4 rows by 16 lanes per register block:
 //   score:      s[j, i] = sum_d krow[j][d] * qt[d, i]       j < keys (multiple of 8), i < queries (of 32)

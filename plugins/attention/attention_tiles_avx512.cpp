@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "plugins/attention/attention_tiles.h"
+#include "runtime/simd/vec_avx512.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")
@@ -29,26 +30,9 @@ inline __mmask16 lanes(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
 }
 
-// exp(x) for 16 floats x <= 0 (scores minus their running max): 2^n * 2^f with n = round(x log2 e)
-// and f = x log2 e - n in [-1/2, 1/2] by one FMA, 2^f by its degree-6 Taylor polynomial (relative
-// error < 2e-7, plus ~1e-7 * |x| from log2 e's rounding). Inputs below -87.3 (including -inf) give
-// exactly 0, so masked scores carry no weight.
-inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_fmsub_ps(x, log2e, n);
-  __m512 y = _mm512_set1_ps(1.5403530393381609e-4f);  // ln2^6 / 6!
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.24022650695910071f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.69314718055994531f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, y, n);
-}
+// exp of kiln's vector math library (runtime/simd/vec_avx512.h: header-only, no runtime
+// dependency; see docs/simd.md): exp(-inf) = 0, so masked scores carry no weight.
+inline __m512 exp16(__m512 x) { return simd::avx512::exp(x); }
 
 // Folds a tile of S^T (nk keys) into each query's running max and sum, turns it into P^T relative
 // to the new max, and records the factor the accumulator rows must be rescaled by.

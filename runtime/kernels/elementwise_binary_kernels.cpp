@@ -221,10 +221,6 @@ struct PowOp {
   }
 };
 
-struct SquareOp {
-  float operator()(float x, float) const { return x * x; }
-};
-
 class PowKernel final : public Kernel {
  public:
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
@@ -237,11 +233,20 @@ class PowKernel final : public Kernel {
     return Status::Ok();
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    // x^2 (variance in decomposed LayerNorm) is common enough to skip pow() for.
+    // A constant small integral or half exponent (x^2 in decomposed LayerNorms, x^3 in written-out
+    // GELUs, x^0.5) runs as products or a square root in vector lanes instead of pow().
     if (in[0].dtype == DType::kFloat32 && in[1].dtype == DType::kFloat32 && in[1].numel() == 1 &&
-        in[1].as<const float>()[0] == 2.0f) {
-      ew::binary_broadcast<float, float, float>(in[0], in[1], out[0], SquareOp{});
-      return Status::Ok();
+        out[0].numel() == in[0].numel()) {
+      const float e = in[1].as<const float>()[0];
+      const float* x = in[0].as<const float>();
+      if (e == std::nearbyint(e) && std::fabs(e) <= 16.0f) {
+        ew::vec_apply(vec::unary(vec::Unary::kPowInt), x, out[0].as<float>(), out[0].numel(), {e, 0.0f});
+        return Status::Ok();
+      }
+      if (e == 0.5f || e == -0.5f) {
+        ew::vec_apply(vec::unary(vec::Unary::kPowHalf), x, out[0].as<float>(), out[0].numel(), {e, e});
+        return Status::Ok();
+      }
     }
     return ew::dispatch_types<kPowBaseTypes>(in[0].dtype, [&](auto base_tag) {
       using X = decltype(base_tag);

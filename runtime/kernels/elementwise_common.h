@@ -15,7 +15,10 @@
 #include <string>
 #include <type_traits>
 
+#include <omp.h>
+
 #include "runtime/kernels/kernel_util.h"
+#include "runtime/kernels/vec_kernels.h"
 
 namespace kiln {
 
@@ -23,6 +26,7 @@ namespace kiln {
 void register_elementwise_unary_kernels(KernelRegistry& r);   // math functions, activations, IsNaN/IsInf/Not
 void register_elementwise_binary_kernels(KernelRegistry& r);  // arithmetic, compare, logic, Pow, Mod, PRelu, Max/Min/Sum/Mean
 void register_elementwise_cast_kernels(KernelRegistry& r);    // Cast, CastLike
+void register_fused_elementwise_kernels(KernelRegistry& r);  // kiln::FusedElementwise
 
 namespace ew {
 
@@ -270,6 +274,22 @@ void unary_apply(const T* x, O* y, int64_t n, const Op& op) {
   } else {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = store_as<O>(op(Elem<T>::load(x[i])));
+  }
+}
+
+// y = f(x) over n contiguous floats through a vector loop of runtime/kernels/vec_kernels.h; large
+// arrays split into one lane-aligned range per thread.
+inline void vec_apply(vec::UnaryFn f, const float* x, float* y, int64_t n, vec::Params p) {
+  if (n <= kParallelThreshold) {
+    f(x, y, n, p);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = ((n + nt - 1) / nt + 15) & ~int64_t{15};
+    const int64_t b = std::min(n, t * per), e = std::min(n, b + per);
+    if (e > b) f(x + b, y + b, e - b, p);
   }
 }
 

@@ -132,6 +132,7 @@ void register_elementwise_kernels(KernelRegistry& r) {
   register_elementwise_unary_kernels(r);
   register_elementwise_binary_kernels(r);
   register_elementwise_cast_kernels(r);
+  register_fused_elementwise_kernels(r);
   r.add({"Where", "reference", 0, [](const KernelArgs&, AttrReader&) -> StatusOr<std::unique_ptr<Kernel>> {
            return std::unique_ptr<Kernel>(std::make_unique<WhereKernel>());
          }});

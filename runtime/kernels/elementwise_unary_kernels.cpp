@@ -3,6 +3,7 @@
 // make() that reads its attributes; UnaryKernel<Op> does the rest.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "runtime/kernels/elementwise_common.h"
 
@@ -32,6 +33,13 @@ class UnaryKernel final : public Kernel {
     return Status::Ok();
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if constexpr (requires(const Op& o) { o.vec(); }) {
+      if (in[0].dtype == DType::kFloat32) {
+        const auto [fn, params] = op_.vec();
+        ew::vec_apply(vec::unary(fn), in[0].as<const float>(), out[0].as<float>(), in[0].numel(), params);
+        return Status::Ok();
+      }
+    }
     return ew::dispatch_types<Op::kTypes>(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       using O = std::conditional_t<Op::kBoolOut, bool, T>;
@@ -52,7 +60,9 @@ void add_unary(KernelRegistry& r, const char* name) {
          }});
 }
 
-// Float-only ops without attributes: one line each.
+// Float-only ops without attributes: one line each. The scalar expression serves float64 and the
+// 16-bit floats, and is the reference the vector loops are tested against; float32 runs through
+// the vector loop of runtime/kernels/vec_kernels.h where an op names one (VEC).
 #define KILN_FLOAT_UNARY(NAME, EXPR)                 \
   struct NAME : NoAttrs<NAME> {                      \
     static constexpr uint32_t kTypes = kFloatTypes;  \
@@ -62,11 +72,21 @@ void add_unary(KernelRegistry& r, const char* name) {
       return EXPR;                                   \
     }                                                \
   };
+#define KILN_FLOAT_UNARY_VEC(NAME, EXPR, VEC)                                         \
+  struct NAME : NoAttrs<NAME> {                                                       \
+    static constexpr uint32_t kTypes = kFloatTypes;                                   \
+    static constexpr bool kBoolOut = false;                                           \
+    template <typename C>                                                             \
+    C operator()(C x) const {                                                         \
+      return EXPR;                                                                    \
+    }                                                                                 \
+    std::pair<vec::Unary, vec::Params> vec() const { return {vec::Unary::VEC, {}}; } \
+  };
 
-KILN_FLOAT_UNARY(ExpOp, std::exp(x))
-KILN_FLOAT_UNARY(LogOp, std::log(x))
-KILN_FLOAT_UNARY(SqrtOp, std::sqrt(x))
-KILN_FLOAT_UNARY(ReciprocalOp, C(1) / x)
+KILN_FLOAT_UNARY_VEC(ExpOp, std::exp(x), kExp)
+KILN_FLOAT_UNARY_VEC(LogOp, std::log(x), kLog)
+KILN_FLOAT_UNARY_VEC(SqrtOp, std::sqrt(x), kSqrt)
+KILN_FLOAT_UNARY_VEC(ReciprocalOp, C(1) / x, kReciprocal)
 KILN_FLOAT_UNARY(SinOp, std::sin(x))
 KILN_FLOAT_UNARY(CosOp, std::cos(x))
 KILN_FLOAT_UNARY(TanOp, std::tan(x))
@@ -82,15 +102,16 @@ KILN_FLOAT_UNARY(CeilOp, std::ceil(x))
 KILN_FLOAT_UNARY(FloorOp, std::floor(x))
 // nearbyint in the default rounding mode rounds halves to even, as ONNX Round requires.
 KILN_FLOAT_UNARY(RoundOp, std::nearbyint(x))
-KILN_FLOAT_UNARY(ErfOp, std::erf(x))
-KILN_FLOAT_UNARY(TanhOp, std::tanh(x))
+KILN_FLOAT_UNARY_VEC(ErfOp, std::erf(x), kErf)
+KILN_FLOAT_UNARY_VEC(TanhOp, std::tanh(x), kTanh)
 // Split by sign so that exp never overflows: large |x| saturates to exactly 0 or 1.
-KILN_FLOAT_UNARY(SigmoidOp, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
+KILN_FLOAT_UNARY_VEC(SigmoidOp, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)), kSigmoid)
 // log(1 + e^x) without overflow for large x.
-KILN_FLOAT_UNARY(SoftplusOp, x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+KILN_FLOAT_UNARY_VEC(SoftplusOp, x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), kSoftplus)
 KILN_FLOAT_UNARY(SoftsignOp, x / (C(1) + std::abs(x)))
-KILN_FLOAT_UNARY(HardSwishOp, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))))
+KILN_FLOAT_UNARY_VEC(HardSwishOp, x * std::max(C(0), std::min(C(1), x / C(6) + C(0.5))), kHardSwish)
 #undef KILN_FLOAT_UNARY
+#undef KILN_FLOAT_UNARY_VEC
 
 struct AbsOp : NoAttrs<AbsOp> {
   static constexpr uint32_t kTypes = kNumericTypes;
@@ -129,8 +150,9 @@ struct ReluOp : NoAttrs<ReluOp> {
   static constexpr bool kBoolOut = false;
   template <typename C>
   C operator()(C x) const {
-    return x > C(0) ? x : C(0);
+    return x < C(0) ? C(0) : x;  // NaN stays NaN, as max(0, x) in numpy
   }
+  std::pair<vec::Unary, vec::Params> vec() const { return {vec::Unary::kRelu, {}}; }
 };
 
 struct LeakyReluOp {
@@ -146,6 +168,7 @@ struct LeakyReluOp {
   C operator()(C x) const {
     return x >= C(0) ? x : C(alpha) * x;
   }
+  std::pair<vec::Unary, vec::Params> vec() const { return {vec::Unary::kLeakyRelu, {alpha, 0.0f}}; }
 };
 
 struct EluOp {
@@ -209,6 +232,7 @@ struct HardSigmoidOp {
   C operator()(C x) const {
     return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
   }
+  std::pair<vec::Unary, vec::Params> vec() const { return {vec::Unary::kHardSigmoid, {alpha, beta}}; }
 };
 
 struct ThresholdedReluOp {

@@ -4,7 +4,9 @@
 // FusedConv is a kiln-internal op written by builder/passes/conv_epilogue_fusion.cpp:
 //   Y = act(Conv(X, W, B) + residual)
 // with Conv's attributes, W a constant of the plan, B and residual optional inputs (residual of the
-// output's exact shape) and attribute activation "none" | "relu". Attributes x_layout,
+// output's exact shape) and attribute activation "none" | "relu" | "silu" (x sigmoid(x)) |
+// "sigmoid" | "hardswish" | "clip" (min(max(x, activation_alpha), activation_beta), ReLU6's
+// export) | "gelu_erf" | "gelu_tanh". Attributes x_layout,
 // residual_layout and y_layout give the layout of X, the residual and Y:
 //   "nchw"     (default) ONNX's [N, C, H, W] (or [N, C, W] for 1-D);
 //   "nhwc"     2-D only: shape and data [N, H, W, C]. Set by builder/passes/conv_channels_last.cpp
@@ -22,13 +24,14 @@
 
 namespace kiln {
 
-enum class ConvAct { kNone, kRelu };
+enum class ConvAct { kNone, kRelu, kSilu, kSigmoid, kHardSwish, kClip, kGeluErf, kGeluTanh };
 enum class ConvLayout { kNchw, kNhwc, kNchw16c };
 
 constexpr int64_t kConvChannelBlock = 16;  // the "16c" of nchw16c
 
 struct FusedSpec {
   ConvAct act = ConvAct::kNone;
+  float alpha = 0.0f, beta = 0.0f;  // Clip's bounds
   ConvLayout x = ConvLayout::kNchw, res = ConvLayout::kNchw, y = ConvLayout::kNchw;
 };
 

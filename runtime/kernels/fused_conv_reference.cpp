@@ -1,6 +1,8 @@
 // FusedConv's attributes, its tensor layouts (NCHW, NHWC, nChw16c: see fused_conv_common.h) and its
 // reference kernel, which every oneDNN FusedConv delegates validation, shapes and uncovered cases to.
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -11,9 +13,30 @@ namespace kiln {
 namespace {
 
 StatusOr<ConvAct> parse_conv_activation(const std::string& s) {
-  if (s == "none") return ConvAct::kNone;
-  if (s == "relu") return ConvAct::kRelu;
-  return InvalidArgument("attribute 'activation' must be none or relu, got '" + s + "'");
+  static const std::pair<const char*, ConvAct> kNames[] = {
+      {"none", ConvAct::kNone},           {"relu", ConvAct::kRelu}, {"silu", ConvAct::kSilu},
+      {"sigmoid", ConvAct::kSigmoid},     {"hardswish", ConvAct::kHardSwish}, {"clip", ConvAct::kClip},
+      {"gelu_erf", ConvAct::kGeluErf},    {"gelu_tanh", ConvAct::kGeluTanh}};
+  for (const auto& [name, act] : kNames)
+    if (s == name) return act;
+  return InvalidArgument("attribute 'activation' must be none, relu, silu, sigmoid, hardswish, clip, gelu_erf or gelu_tanh, got '" +
+                         s + "'");
+}
+
+// The epilogue activation on one value, in double for the reference: the formulas of the ONNX ops
+// the pass fused.
+double conv_activation(ConvAct act, double v, double alpha, double beta) {
+  switch (act) {
+    case ConvAct::kNone: return v;
+    case ConvAct::kRelu: return v < 0 ? 0 : v;
+    case ConvAct::kSilu: return v / (1 + std::exp(-v));
+    case ConvAct::kSigmoid: return 1 / (1 + std::exp(-v));
+    case ConvAct::kHardSwish: return v * std::max(0.0, std::min(1.0, v / 6 + 0.5));
+    case ConvAct::kClip: return std::min(beta, std::max(alpha, v));
+    case ConvAct::kGeluErf: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    case ConvAct::kGeluTanh: return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  return v;
 }
 
 StatusOr<ConvLayout> read_layout(AttrReader& attrs, const char* name) {
@@ -68,15 +91,15 @@ class FusedConvReference final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     KILN_ASSIGN_OR_RETURN(auto views, nchw_views(in));
     if (spec_.x != ConvLayout::kNchw) conv_to_nchw(spec_.x, in[0].as<float>(), x_tmp_.as<float>(), views[0].shape);
-    const bool res = has_residual(in), relu = spec_.act == ConvAct::kRelu;
+    const bool res = has_residual(in);
     if (res && spec_.res != ConvLayout::kNchw) conv_to_nchw(spec_.res, in[3].as<float>(), res_tmp_.as<float>(), views[3].shape);
     views = with_temps(views);
     const TensorView y = y_tmp_.empty() ? out[0] : y_tmp_.view();
     KILN_RETURN_IF_ERROR(conv_->run(conv_inputs(views), std::span<const TensorView>(&y, 1)));
     const int64_t n = y.numel();
     const TensorView* r = res ? &views[3] : nullptr;
-    if (y.dtype == DType::kFloat64) epilogue<double>(r, y, n, relu);
-    else epilogue<float>(r, y, n, relu);
+    if (y.dtype == DType::kFloat64) epilogue<double>(r, y, n, spec_);
+    else epilogue<float>(r, y, n, spec_);
     if (spec_.y != ConvLayout::kNchw) conv_from_nchw(spec_.y, y.as<float>(), out[0].as<float>(), y.shape);
     return Status::Ok();
   }
@@ -102,14 +125,13 @@ class FusedConvReference final : public Kernel {
     return v;
   }
   template <typename T>
-  static void epilogue(const TensorView* res, const TensorView& out, int64_t n, bool relu) {
+  static void epilogue(const TensorView* res, const TensorView& out, int64_t n, const FusedSpec& spec) {
     T* y = out.as<T>();
     const T* r = res ? res->as<T>() : nullptr;
     for (int64_t i = 0; i < n; ++i) {
       T v = y[i];
       if (r) v += r[i];
-      if (relu && v < 0) v = 0;
-      y[i] = v;
+      y[i] = static_cast<T>(conv_activation(spec.act, v, spec.alpha, spec.beta));
     }
   }
 
@@ -123,6 +145,8 @@ class FusedConvReference final : public Kernel {
 Status read_fused_spec(AttrReader& attrs, FusedSpec* spec) {
   KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
   KILN_ASSIGN_OR_RETURN(spec->act, parse_conv_activation(name));
+  KILN_ASSIGN_OR_RETURN(spec->alpha, attrs.get_float("activation_alpha", 0.0f));
+  KILN_ASSIGN_OR_RETURN(spec->beta, attrs.get_float("activation_beta", 0.0f));
   KILN_ASSIGN_OR_RETURN(spec->x, read_layout(attrs, "x_layout"));
   KILN_ASSIGN_OR_RETURN(spec->res, read_layout(attrs, "residual_layout"));
   KILN_ASSIGN_OR_RETURN(spec->y, read_layout(attrs, "y_layout"));

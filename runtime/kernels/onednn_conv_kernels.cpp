@@ -99,7 +99,18 @@ class OnednnConvKernel final : public OnednnKernel {
 
     dnnl::post_ops po;
     if (has_res_) po.append_sum(1.0f);
-    if (spec_.act == ConvAct::kRelu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    // Each activation is one oneDNN eltwise post-op (swish with alpha 1 is x sigmoid(x); hardswish
+    // in oneDNN 2.x is x relu6(x + 3) / 6, ONNX's HardSwish).
+    switch (spec_.act) {
+      case ConvAct::kNone: break;
+      case ConvAct::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+      case ConvAct::kSilu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
+      case ConvAct::kSigmoid: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
+      case ConvAct::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
+      case ConvAct::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, spec_.alpha, spec_.beta); break;
+      case ConvAct::kGeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+      case ConvAct::kGeluTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+    }
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);

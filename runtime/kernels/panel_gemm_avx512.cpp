@@ -10,6 +10,7 @@
 
 #include "runtime/cpu_features.h"
 #include "runtime/kernels/panel_gemm.h"
+#include "runtime/simd/vec_avx512.h"
 
 namespace kiln::panel_gemm {
 
@@ -35,6 +36,7 @@ bool supported() { return cpu_info().avx512; }
 // reports at every roundscale.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace {
 
@@ -45,58 +47,9 @@ inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 inline __mmask16 lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
 
-// exp(x) for 16 floats: 2^n * 2^f with n = round(x log2 e), f in [-1/2, 1/2], 2^f by its degree-6
-// Taylor polynomial (relative error < 2e-7, plus ~1e-7 * |x| from log2 e's rounding); x is
-// clamped to [-87.3, 88.7], so very negative inputs give ~0 and very positive ones ~3e38, never
-// inf or NaN. (The attention plugin has the same polynomial; plugins do not share runtime code.)
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.7f));
-  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_fmsub_ps(x, log2e, n);
-  __m512 y = _mm512_set1_ps(1.5403530393381609e-4f);
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3333558146428443e-3f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.6181291076284772e-3f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.5504108664821580e-2f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.24022650695910071f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.69314718055994531f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
-
-// 1 / d for d >= 1: rcp14 and one Newton step (relative error ~1e-8).
-inline __m512 recip16(__m512 d) {
-  const __m512 r = _mm512_rcp14_ps(d);
-  return _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
-}
-
-// GELU with erf: 0.5 x (1 + erf(x / sqrt 2)). erf(z) = 1 - q(z), z >= 0, by Abramowitz & Stegun
-// 7.1.26 (|error| <= 1.5e-7): q = t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z). The factor
-// is 2 - q for x >= 0 and q for x < 0, so the tail for negative x keeps its relative precision.
-inline __m512 gelu_erf16(__m512 x) {
-  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
-  const __m512 t = recip16(_mm512_fmadd_ps(z, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f)));
-  __m512 poly = _mm512_set1_ps(1.061405429f);
-  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-1.453152027f));
-  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(1.421413741f));
-  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-0.284496736f));
-  poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(0.254829592f));
-  const __m512 q = _mm512_mul_ps(_mm512_mul_ps(poly, t), exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z))));
-  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  const __m512 factor = _mm512_mask_mov_ps(_mm512_sub_ps(_mm512_set1_ps(2.0f), q), neg, q);
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), factor);
-}
-
-// GELU with tanh: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); 1 + tanh(u) is
-// 2 - 2 / (1 + e^(2u)), which is 2 for large u and ~0 for very negative u.
-inline __m512 gelu_tanh16(__m512 x) {
-  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286536f), _mm512_fmadd_ps(x3, _mm512_set1_ps(0.044715f), x));
-  const __m512 e = exp16(_mm512_add_ps(u, u));
-  const __m512 one_plus_tanh = _mm512_fnmadd_ps(_mm512_set1_ps(2.0f), recip16(_mm512_add_ps(e, _mm512_set1_ps(1.0f))),
-                                                _mm512_set1_ps(2.0f));
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), one_plus_tanh);
-}
+// The epilogue's GELUs come from kiln's vector math library (runtime/simd/vec_avx512.h).
+inline __m512 gelu_erf16(__m512 x) { return simd::avx512::gelu_erf(x); }
+inline __m512 gelu_tanh16(__m512 x) { return simd::avx512::gelu_tanh(x); }
 
 // What one register block's store does.
 struct Block {

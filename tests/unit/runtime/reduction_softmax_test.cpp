@@ -51,15 +51,18 @@ TEST(FastExp, MatchesStdExpAcrossRange) {
 }
 
 #ifdef KILN_REDUCTION_AVX2
-TEST(FastExp, EightLanesMatchScalar) {
+TEST(FastExp, EightLanesMatchStdExp) {
   const float xs[] = {-1000.0f, -87.5f, -87.3f, -20.25f, -1.0f, 0.0f, 0.5f, 3.0f, 50.0f, 88.7f, 89.0f, INFINITY, -INFINITY, NAN, 1e-8f, -0.3466f};
   for (int start = 0; start < 16; start += 8) {
     float out[8];
     _mm256_storeu_ps(out, fast_exp8(_mm256_loadu_ps(xs + start)));
+    // The lanes are kiln's vector exp (runtime/simd), which keeps denormal results where the scalar
+    // tail flushes them to 0: both are compared with the exact value.
     for (int i = 0; i < 8; ++i) {
-      const float want = fast_expf(xs[start + i]);
+      const double want = std::exp(static_cast<double>(xs[start + i]));
       if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[i])) << xs[start + i];
-      else EXPECT_EQ(out[i], want) << xs[start + i];
+      else if (std::isinf(static_cast<float>(want))) EXPECT_EQ(out[i], INFINITY) << xs[start + i];
+      else EXPECT_NEAR(out[i], want, 3e-7 * want + 1.5e-45) << xs[start + i];
     }
   }
 }

@@ -1,0 +1,184 @@
+// op-bench: one Google-benchmark per elementwise / reduction op family, through kiln's kernel
+// registry exactly as a plan step runs it (kernel created and prepared once, run() timed), at the
+// shapes the issue-19 models produce. bench/run_op_bench.py runs the same ops as single-op ONNX
+// models in ONNX Runtime and writes the comparison to bench/RESULTS.md.
+//
+//   build/op-bench [--benchmark_filter=REGEX] [--benchmark_format=json] ...
+//
+// KILN_SIMD=avx2 pins the AVX2 build of the vector loops (runtime/kernels/vec_kernels.h).
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+namespace {
+
+Tensor random(DType dt, const Shape& s, float lo, float hi, uint32_t seed) {
+  Tensor t = Tensor::zeros(dt, s);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  if (dt == DType::kFloat32)
+    for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = u(rng);
+  else if (dt == DType::kBool)
+    for (int64_t i = 0; i < t.numel(); ++i) t.as<bool>()[i] = u(rng) > 0;
+  return t;
+}
+
+// Times `op` on `inputs`; reports bytes moved (inputs + output) per second.
+void run_op(benchmark::State& state, const std::string& op, std::vector<Tensor> inputs, AttrMap attrs = {}) {
+  KernelArgs args;
+  args.op_type = op;
+  args.node_name = "bench";
+  args.opset = 17;
+  args.num_inputs = static_cast<int>(inputs.size());
+  args.num_outputs = 1;
+  auto k = KernelRegistry::builtin().create(args, attrs);
+  if (!k.ok()) {
+    state.SkipWithError(k.status().message().c_str());
+    return;
+  }
+  std::vector<TensorView> in;
+  for (auto& t : inputs) in.push_back(t.view());
+  std::vector<TensorDesc> desc(1);
+  if (Status st = (*k)->infer(in, desc); !st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  Tensor out = Tensor::zeros(desc[0].dtype, desc[0].shape);
+  const TensorView ov = out.view();
+  if (Status st = (*k)->prepare(in, {&ov, 1}); !st.ok()) {
+    state.SkipWithError(st.message().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    Status st = (*k)->run(in, {&ov, 1});
+    benchmark::DoNotOptimize(st);
+  }
+  int64_t bytes = out.nbytes();
+  for (auto& t : inputs) bytes += t.nbytes();
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(op + " " + desc[0].shape.str());
+}
+
+// The shapes: the GPT-2 MLP activation [1, 32, 1536] (the issue's Tanh), EfficientNet-B0's largest
+// activation [1, 96, 112, 112], and a small [1, 32, 384] row block.
+const Shape kGpt{1, 32, 1536}, kEff{1, 96, 112, 112}, kSmall{1, 32, 384};
+
+void unary(benchmark::State& s, const char* op, const Shape* shape) { run_op(s, op, {random(DType::kFloat32, *shape, -4, 4, 1)}); }
+void positive_unary(benchmark::State& s, const char* op, const Shape* shape) {
+  run_op(s, op, {random(DType::kFloat32, *shape, 0.01f, 4, 1)});
+}
+
+#define KILN_UNARY_BENCH(OP, FN)                                                    \
+  BENCHMARK_CAPTURE(FN, OP##_gpt, #OP, &kGpt)->Unit(benchmark::kMicrosecond);       \
+  BENCHMARK_CAPTURE(FN, OP##_effnet, #OP, &kEff)->Unit(benchmark::kMicrosecond);
+KILN_UNARY_BENCH(Tanh, unary)
+KILN_UNARY_BENCH(Erf, unary)
+KILN_UNARY_BENCH(Exp, unary)
+KILN_UNARY_BENCH(Sigmoid, unary)
+KILN_UNARY_BENCH(Softplus, unary)
+KILN_UNARY_BENCH(Relu, unary)
+KILN_UNARY_BENCH(HardSwish, unary)
+KILN_UNARY_BENCH(Log, positive_unary)
+KILN_UNARY_BENCH(Sqrt, positive_unary)
+KILN_UNARY_BENCH(Reciprocal, positive_unary)
+#undef KILN_UNARY_BENCH
+
+void gelu(benchmark::State& s, const char* approx) {
+  run_op(s, "FusedElementwise", {random(DType::kFloat32, kGpt, -4, 4, 1)}, [&] {
+    AttrMap f;
+    // One instruction: GELU (vec::Unary kGeluErf = 6, kGeluTanh = 7) on input 0.
+    f["program"] = Attribute::Ints({std::string(approx) == "tanh" ? 7 : 6, 1, 0, -1, -1});
+    f["immediates"] = Attribute::Floats({});
+    return f;
+  }());
+}
+BENCHMARK_CAPTURE(gelu, erf, "none")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(gelu, tanh, "tanh")->Unit(benchmark::kMicrosecond);
+
+void pow_const(benchmark::State& s, float e) {
+  run_op(s, "Pow", {random(DType::kFloat32, kGpt, 0.01f, 4, 1), Tensor::from_vector<float>({e}, Shape{})});
+}
+BENCHMARK_CAPTURE(pow_const, square, 2.0f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(pow_const, cube, 3.0f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(pow_const, sqrt, 0.5f)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(pow_const, general, 1.7f)->Unit(benchmark::kMicrosecond);
+
+void binary(benchmark::State& s, const char* op, bool bcast) {
+  run_op(s, op, {random(DType::kFloat32, kGpt, -4, 4, 1), random(DType::kFloat32, bcast ? Shape{1536} : kGpt, 0.5f, 4, 2)});
+}
+BENCHMARK_CAPTURE(binary, Add, "Add", false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(binary, Add_bias, "Add", true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(binary, Mul_bias, "Mul", true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(binary, Div, "Div", false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(binary, Less, "Less", false)->Unit(benchmark::kMicrosecond);
+
+void se_gate(benchmark::State& s) {  // EfficientNet's squeeze-excite Mul: [1,96,112,112] * [1,96,1,1]
+  run_op(s, "Mul", {random(DType::kFloat32, kEff, -4, 4, 1), random(DType::kFloat32, Shape{1, 96, 1, 1}, 0, 1, 2)});
+}
+BENCHMARK(se_gate)->Unit(benchmark::kMicrosecond);
+
+void where(benchmark::State& s) {
+  run_op(s, "Where", {random(DType::kBool, kGpt, -1, 1, 3), random(DType::kFloat32, kGpt, -4, 4, 1), random(DType::kFloat32, kGpt, -4, 4, 2)});
+}
+BENCHMARK(where)->Unit(benchmark::kMicrosecond);
+
+void cast(benchmark::State& s) {
+  AttrMap a;
+  a["to"] = Attribute::Int(static_cast<int64_t>(DType::kFloat16));
+  run_op(s, "Cast", {random(DType::kFloat32, kGpt, -4, 4, 1)}, a);
+}
+BENCHMARK(cast)->Unit(benchmark::kMicrosecond);
+
+void reduce(benchmark::State& s, const char* op) {
+  AttrMap a;
+  a["axes"] = Attribute::Ints({-1});
+  run_op(s, op, {random(DType::kFloat32, kGpt, -4, 4, 1)}, a);
+}
+BENCHMARK_CAPTURE(reduce, ReduceMean, "ReduceMean")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(reduce, ReduceSum, "ReduceSum")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(reduce, ReduceMax, "ReduceMax")->Unit(benchmark::kMicrosecond);
+
+void softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kGpt, -4, 4, 1)}); }
+BENCHMARK(softmax)->Unit(benchmark::kMicrosecond);
+
+void global_avg_pool(benchmark::State& s) { run_op(s, "GlobalAveragePool", {random(DType::kFloat32, kEff, -4, 4, 1)}); }
+BENCHMARK(global_avg_pool)->Unit(benchmark::kMicrosecond);
+
+void layer_norm(benchmark::State& s, bool fused) {
+  const Shape x{1, 32, 384};
+  if (fused) {
+    AttrMap f;
+    f["norm"] = Attribute::String("layer");
+    f["epsilon"] = Attribute::Float(1e-5f);
+    // n * gamma + beta: Mul (100 + kMul = 102) then Add (100).
+    f["program"] = Attribute::Ints({102, 4, 3, 1, -1, 100, 5, 4, 2, -1});
+    f["immediates"] = Attribute::Floats({});
+    run_op(s, "FusedElementwise",
+           {random(DType::kFloat32, x, -4, 4, 1), random(DType::kFloat32, Shape{384}, 0.5, 2, 2), random(DType::kFloat32, Shape{384}, -1, 1, 3)}, f);
+  } else {
+    AttrMap a;
+    a["axis"] = Attribute::Int(-1);
+    run_op(s, "LayerNormalization",
+           {random(DType::kFloat32, x, -4, 4, 1), random(DType::kFloat32, Shape{384}, 0.5, 2, 2), random(DType::kFloat32, Shape{384}, -1, 1, 3)}, a);
+  }
+}
+BENCHMARK_CAPTURE(layer_norm, fused_elementwise, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(layer_norm, LayerNormalization, false)->Unit(benchmark::kMicrosecond);
+
+void batchnorm(benchmark::State& s) {
+  run_op(s, "BatchNormalization", {random(DType::kFloat32, kEff, -4, 4, 1), random(DType::kFloat32, Shape{96}, 0.5, 2, 2),
+                                   random(DType::kFloat32, Shape{96}, -1, 1, 3), random(DType::kFloat32, Shape{96}, -1, 1, 4),
+                                   random(DType::kFloat32, Shape{96}, 0.5, 2, 5)});
+}
+BENCHMARK(batchnorm)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace kiln
+
+BENCHMARK_MAIN();

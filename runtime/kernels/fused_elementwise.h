@@ -1,0 +1,36 @@
+// kiln::FusedElementwise: a tree of elementwise ops (written by builder/passes/
+// elementwise_fusion.cpp) evaluated in one pass over memory by a small register program.
+//
+// Inputs: float32 or bool tensors (bool reads as 1.0f / 0.0f), broadcast numpy-style to the
+// output's shape (float32). Attributes:
+//   program     ints, kFieldsPerInstr per instruction: {opcode, dst, a, b, c}
+//   immediates  floats: the one-element constants of the tree and the ops' parameters
+//   norm        "none" (default) | "layer" | "rms": a normalisation stage first (below)
+//   epsilon     float, the normalisation's epsilon
+// Registers: [0, num_inputs) are the inputs, [num_inputs, num_inputs + num_immediates) the
+// immediates, then temporaries; the last instruction's dst is the output. With a normalisation
+// stage, input 0 is x (of the output's shape, normalised over its last axis) and the first
+// temporary holds n = (x - mean) / sqrt(var + eps) ("layer") or x / sqrt(mean(x^2) + eps) ("rms")
+// before the program runs; a program may be empty, making n the output.
+//
+// The program is interpreted per block of up to kBlock elements, never per element: each
+// instruction is one call of a vector loop (runtime/kernels/vec_kernels.h) over the block.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::fused {
+
+constexpr int kFieldsPerInstr = 5;
+constexpr int kMaxInputs = 8;
+constexpr int kMaxRegisters = 40;
+constexpr int64_t kBlock = 512;
+
+// Opcodes: [0, 100) a vec::Unary (params: alpha = register b, beta = register c, both immediates,
+// or -1); [100, 200) 100 + a vec::Binary over registers a, b; kSelect: c ? a : b as registers
+// (cond a, true b, false c).
+constexpr int kUnaryBase = 0;
+constexpr int kBinaryBase = 100;
+constexpr int kSelect = 200;
+
+}  // namespace kiln::fused

@@ -1,0 +1,275 @@
+// kiln::FusedElementwise (runtime/kernels/fused_elementwise.h): a register program over blocks of
+// the broadcast output, each instruction one vector loop of runtime/kernels/vec_kernels.h.
+//
+// The output is walked like the elementwise kernels walk theirs: size-1 dims dropped and dims
+// merged where every input is contiguous across them, so the innermost dim reads every input at
+// step 0 or 1. A value whose operands all read at step 0 along a run (a per-channel scale over a
+// row of pixels) is computed once per run, not once per element.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/kernels/elementwise_common.h"
+#include "runtime/kernels/fused_elementwise.h"
+#include "runtime/kernels/vec_kernels.h"
+
+namespace kiln {
+namespace {
+
+using fused::kBlock;
+using fused::kMaxInputs;
+using fused::kMaxRegisters;
+
+struct Instr {
+  int op, dst, a, b, c;
+};
+
+enum class Norm { kNone, kLayer, kRms };
+
+// The output walk: dims with every input's strides, the last dim contiguous or broadcast in each.
+struct Walk {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxInputs][kMaxRank] = {};
+  int64_t inner() const { return dims[rank - 1]; }
+  void row_offsets(int64_t row, int n, int64_t* off) const {
+    for (int k = 0; k < n; ++k) off[k] = 0;
+    for (int d = rank - 2; d >= 0 && row > 0; --d) {
+      const int64_t i = row % dims[d];
+      row /= dims[d];
+      for (int k = 0; k < n; ++k) off[k] += i * strides[k][d];
+    }
+  }
+};
+
+// `keep_last`: the output's last dim stays a dim of its own (the normalised axis).
+Walk make_walk(const Shape& out, std::span<const TensorView> in, bool keep_last) {
+  Walk w;
+  const int n = static_cast<int>(in.size());
+  Shape st[kMaxInputs];
+  for (int k = 0; k < n; ++k) st[k] = broadcast_strides(in[k].shape, out);
+  for (int d = 0; d < out.rank(); ++d) {
+    const bool last = d == out.rank() - 1;
+    if (out[d] == 1 && !(keep_last && last)) continue;
+    bool merge = w.rank > 0 && !(keep_last && last);
+    for (int k = 0; k < n && merge; ++k) merge = w.strides[k][w.rank - 1] == st[k][d] * out[d];
+    if (merge) {
+      w.dims[w.rank - 1] *= out[d];
+      for (int k = 0; k < n; ++k) w.strides[k][w.rank - 1] = st[k][d];
+    } else {
+      w.dims[w.rank] = out[d];
+      for (int k = 0; k < n; ++k) w.strides[k][w.rank] = st[k][d];
+      ++w.rank;
+    }
+  }
+  if (w.rank == 0) {
+    w.rank = 1;
+    w.dims[0] = 1;
+  }
+  return w;
+}
+
+// One register: where its current block is and whether it varies along it (step 1) or not (0).
+struct Reg {
+  const float* p;
+  int64_t step;
+};
+
+class FusedElementwiseKernel final : public Kernel {
+ public:
+  FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, int num_inputs, int num_regs)
+      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), ni_(num_inputs), nregs_(num_regs) {}
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
+    if (static_cast<int>(in.size()) != ni_)
+      return InvalidArgument("expects " + std::to_string(ni_) + " inputs (its program's), got " + std::to_string(in.size()));
+    KILN_RETURN_IF_ERROR(ew::check_output_count(out, 1));
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!in[i].present()) return InvalidArgument("input " + std::to_string(i) + " is missing");
+      KILN_RETURN_IF_ERROR(ew::check_dtype(ew::bit(DType::kFloat32) | ew::kBoolType, in[i].dtype, static_cast<int>(i)));
+    }
+    KILN_ASSIGN_OR_RETURN(Shape shape, ew::broadcast_all(in));
+    if (norm_ != Norm::kNone && (in[0].shape != shape || in[0].dtype != DType::kFloat32 || shape.rank() == 0))
+      return InvalidArgument("input 0 (the normalised x) has shape " + in[0].shape.str() + " and dtype " + dtype_name(in[0].dtype) +
+                             "; it must be float32 of the output's shape " + shape.str() + ", rank >= 1");
+    out[0] = TensorDesc{DType::kFloat32, shape};
+    return Status::Ok();
+  }
+
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const int64_t total = out[0].numel();
+    if (total == 0) return Status::Ok();
+    const Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone);
+    const vec::Table& t = vec::table();
+    float* y = out[0].as<float>();
+    const int64_t inner = w.inner(), rows = total / inner;
+    if (norm_ != Norm::kNone) {
+#pragma omp parallel for schedule(static) if (total > ew::kParallelThreshold && rows > 1)
+      for (int64_t r = 0; r < rows; ++r) norm_row(t, w, in, y, r);
+      return Status::Ok();
+    }
+    const int64_t per_row = (inner + kBlock - 1) / kBlock, items = rows * per_row;
+#pragma omp parallel for schedule(static) if (total > ew::kParallelThreshold && items > 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t r = it / per_row, start = (it % per_row) * kBlock;
+      Scratch s;
+      int64_t off[kMaxInputs];
+      w.row_offsets(r, ni_, off);
+      bind_inputs(w, in, off, start, std::min(kBlock, inner - start), s);
+      execute(t, s, std::min(kBlock, inner - start), y + r * inner + start);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  struct Scratch {
+    Reg reg[kMaxRegisters];
+    alignas(64) float temp[kMaxRegisters][kBlock];
+    alignas(64) float bools[kMaxInputs][kBlock];
+  };
+
+  // Points the input registers at a block of `n` elements starting `start` elements into the run
+  // whose operand offsets are `off`; bool inputs are converted into scratch.
+  void bind_inputs(const Walk& w, std::span<const TensorView> in, const int64_t* off, int64_t start, int64_t n, Scratch& s) const {
+    const int last = w.rank - 1;
+    for (int k = 0; k < ni_; ++k) {
+      const int64_t step = w.strides[k][last];
+      const int64_t o = off[k] + start * step;
+      if (in[k].dtype == DType::kFloat32) {
+        s.reg[k] = {in[k].as<const float>() + o, step};
+      } else {
+        const bool* b = in[k].as<const bool>() + o;
+        for (int64_t i = 0; i < (step ? n : 1); ++i) s.bools[k][i] = b[i] ? 1.0f : 0.0f;
+        s.reg[k] = {s.bools[k], step};
+      }
+    }
+    for (size_t j = 0; j < imm_.size(); ++j) s.reg[ni_ + j] = {&imm_[j], 0};
+  }
+
+  // Runs the program over one block of n elements and writes the result to y[0..n).
+  void execute(const vec::Table& t, Scratch& s, int64_t n, float* y) const {
+    for (const Instr& ins : prog_) {
+      float* dst = s.temp[ins.dst - first_temp()];
+      const Reg a = s.reg[ins.a];
+      int64_t step = a.step;
+      if (ins.op < fused::kBinaryBase) {
+        vec::Params p;
+        if (ins.b >= 0) p.alpha = *s.reg[ins.b].p;
+        if (ins.c >= 0) p.beta = *s.reg[ins.c].p;
+        t.unary[ins.op - fused::kUnaryBase](a.p, dst, step ? n : 1, p);
+      } else if (ins.op < fused::kSelect) {
+        const Reg b = s.reg[ins.b];
+        step |= b.step;
+        t.binary[ins.op - fused::kBinaryBase](a.p, a.step, b.p, b.step, dst, step ? n : 1);
+      } else {
+        const Reg b = s.reg[ins.b], c = s.reg[ins.c];
+        step |= b.step | c.step;
+        t.select(a.p, a.step, b.p, b.step, c.p, c.step, dst, step ? n : 1);
+      }
+      s.reg[ins.dst] = {dst, step};
+    }
+    const Reg r = s.reg[out_reg()];
+    if (r.step) std::memcpy(y, r.p, sizeof(float) * static_cast<size_t>(n));
+    else std::fill(y, y + n, *r.p);
+  }
+
+  // One row of the normalised axis: its statistics, then the program over it block by block with
+  // the normalised values in the first temporary.
+  void norm_row(const vec::Table& t, const Walk& w, std::span<const TensorView> in, float* y, int64_t r) const {
+    Scratch s;
+    const int64_t D = w.inner();
+    int64_t off[kMaxInputs];
+    w.row_offsets(r, ni_, off);
+    const float* x = in[0].as<const float>() + off[0];
+    float sum = 0, sq = 0, scale = 0, mean = 0;
+    t.sum(x, D, &sum, &sq);
+    const float inv_d = 1.0f / static_cast<float>(D);
+    if (norm_ == Norm::kLayer) {
+      // Two passes, as the unfused graph computes it: the squares of x - mean, not E[x^2] - mean^2,
+      // which cancels when the mean is large against the spread.
+      mean = sum * inv_d;
+      float var = 0;
+      for (int64_t b = 0; b < D; b += kBlock) {
+        const int64_t n = std::min(kBlock, D - b);
+        t.binary[static_cast<int>(vec::Binary::kSub)](x + b, 1, &mean, 0, s.temp[0], n);
+        float ds = 0, dq = 0;
+        t.sum(s.temp[0], n, &ds, &dq);
+        var += dq;
+      }
+      scale = 1.0f / std::sqrt(var * inv_d + eps_);
+    } else {
+      scale = 1.0f / std::sqrt(sq * inv_d + eps_);
+    }
+    const vec::BinaryFn mul = t.binary[static_cast<int>(vec::Binary::kMul)], sub = t.binary[static_cast<int>(vec::Binary::kSub)];
+    for (int64_t b = 0; b < D; b += kBlock) {
+      const int64_t n = std::min(kBlock, D - b);
+      bind_inputs(w, in, off, b, n, s);
+      float* nv = s.temp[0];
+      // (x - mean) * scale, not x * scale - mean * scale, which cancels when the mean is large.
+      if (norm_ == Norm::kLayer) {
+        sub(x + b, 1, &mean, 0, nv, n);
+        mul(nv, 1, &scale, 0, nv, n);
+      } else {
+        mul(x + b, 1, &scale, 0, nv, n);
+      }
+      s.reg[first_temp()] = {nv, 1};
+      if (prog_.empty()) std::memcpy(y + r * D + b, nv, sizeof(float) * static_cast<size_t>(n));
+      else execute(t, s, n, y + r * D + b);
+    }
+  }
+
+  int first_temp() const { return ni_ + static_cast<int>(imm_.size()); }
+  int out_reg() const { return prog_.empty() ? first_temp() : prog_.back().dst; }
+
+  std::vector<Instr> prog_;
+  std::vector<float> imm_;
+  Norm norm_;
+  float eps_;
+  int ni_, nregs_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args, AttrReader& attrs) {
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> code, attrs.get_ints("program"));
+  KILN_ASSIGN_OR_RETURN(std::vector<float> imm, attrs.get_floats("immediates"));
+  KILN_ASSIGN_OR_RETURN(std::string norm_name, attrs.get_string("norm", "none"));
+  KILN_ASSIGN_OR_RETURN(float eps, attrs.get_float("epsilon", 1e-5f));
+  Norm norm = Norm::kNone;
+  if (norm_name == "layer") norm = Norm::kLayer;
+  else if (norm_name == "rms") norm = Norm::kRms;
+  else if (norm_name != "none") return InvalidArgument("attribute 'norm' must be none, layer or rms, got '" + norm_name + "'");
+  const int ni = args.num_inputs;
+  if (ni < 1 || ni > kMaxInputs) return InvalidArgument("has " + std::to_string(ni) + " inputs; 1 to " + std::to_string(kMaxInputs) + " allowed");
+  if (code.size() % fused::kFieldsPerInstr != 0) return InvalidArgument("attribute 'program' has " + std::to_string(code.size()) + " ints, not a multiple of 5");
+  if (code.empty() && norm == Norm::kNone) return InvalidArgument("attribute 'program' is empty");
+  const int first_temp = ni + static_cast<int>(imm.size());
+  std::vector<Instr> prog;
+  int next = first_temp + (norm != Norm::kNone ? 1 : 0);  // registers defined so far
+  for (size_t i = 0; i < code.size(); i += fused::kFieldsPerInstr) {
+    const Instr ins{static_cast<int>(code[i]), static_cast<int>(code[i + 1]), static_cast<int>(code[i + 2]), static_cast<int>(code[i + 3]),
+                    static_cast<int>(code[i + 4])};
+    const std::string where = "program instruction " + std::to_string(i / fused::kFieldsPerInstr) + ": ";
+    const bool unary = ins.op >= fused::kUnaryBase && ins.op < static_cast<int>(vec::Unary::kCount);
+    const bool binary = ins.op >= fused::kBinaryBase && ins.op < fused::kBinaryBase + static_cast<int>(vec::Binary::kCount);
+    if (!unary && !binary && ins.op != fused::kSelect) return InvalidArgument(where + "unknown opcode " + std::to_string(ins.op));
+    if (ins.dst < first_temp || ins.dst > next || ins.dst >= kMaxRegisters)
+      return InvalidArgument(where + "writes register " + std::to_string(ins.dst) + " outside the temporaries [" + std::to_string(first_temp) +
+                             ", " + std::to_string(std::min(next, kMaxRegisters - 1)) + "]");
+    auto readable = [&](int r) { return r >= 0 && r < next; };
+    const bool ok = unary ? readable(ins.a) && (ins.b < 0 || (ins.b >= ni && ins.b < first_temp)) && (ins.c < 0 || (ins.c >= ni && ins.c < first_temp))
+                          : readable(ins.a) && readable(ins.b) && (binary || readable(ins.c));
+    if (!ok) return InvalidArgument(where + "reads a register not yet defined (or a non-immediate parameter)");
+    next = std::max(next, ins.dst + 1);
+    prog.push_back(ins);
+  }
+  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwiseKernel>(std::move(prog), std::move(imm), norm, eps, ni, next));
+}
+
+}  // namespace
+
+void register_fused_elementwise_kernels(KernelRegistry& r) {
+  r.add_kiln_op({"FusedElementwise", "vector", 0, make_fused_elementwise});
+}
+
+}  // namespace kiln

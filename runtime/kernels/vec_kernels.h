@@ -1,0 +1,51 @@
+// Vectorized float32 loops over contiguous arrays, built twice from runtime/kernels/vec_kernels.inc
+// (AVX-512 and AVX2) and chosen once at run time: the elementwise unary kernels, Pow by a small
+// constant exponent, and the expression programs of kiln::FusedElementwise run through them.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::vec {
+
+// The unary functions with a vector implementation. Params carry the attributes of the ones that
+// have any (LeakyRelu alpha, HardSigmoid alpha/beta, Clip bounds, Pow's exponent).
+enum class Unary : uint8_t {
+  kExp, kLog, kTanh, kErf, kSigmoid, kSoftplus, kGeluErf, kGeluTanh, kSilu, kSqrt, kReciprocal, kRelu,
+  kHardSwish, kHardSigmoid, kNeg, kAbs, kLeakyRelu, kClip, kPowInt, kPowHalf, kCount
+};
+// Binary functions of the expression programs: arithmetic, min/max, comparisons producing 1.0f or
+// 0.0f, and Pow with a tensor exponent.
+enum class Binary : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kLess, kLessEq, kGreater, kGreaterEq, kEqual, kCount };
+
+struct Params {
+  float alpha = 0.0f, beta = 0.0f;
+};
+
+using UnaryFn = void (*)(const float* x, float* y, int64_t n, Params p);
+// z = op(x, y); a null stride-0 operand is given as a pointer to one value with its step 0.
+using BinaryFn = void (*)(const float* x, int64_t sx, const float* y, int64_t sy, float* z, int64_t n);
+// out = cond != 0 ? a : b, each with its step (0 or 1).
+using SelectFn = void (*)(const float* c, int64_t sc, const float* a, int64_t sa, const float* b, int64_t sb, float* out,
+                          int64_t n);
+// Sum and sum of squares of x[0..n).
+using SumFn = void (*)(const float* x, int64_t n, float* sum, float* sum_sq);
+
+struct Table {
+  const char* isa;
+  int lanes;
+  UnaryFn unary[static_cast<int>(Unary::kCount)];
+  BinaryFn binary[static_cast<int>(Binary::kCount)];
+  SelectFn select;
+  SumFn sum;
+};
+
+// The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA
+// caps it) and KILN_SIMD is not "avx2" (which lets tests and benchmarks pin the baseline).
+const Table& table();
+const Table& avx2_table();
+const Table* avx512_table();  // null on CPUs without AVX-512
+
+inline UnaryFn unary(Unary op) { return table().unary[static_cast<int>(op)]; }
+inline BinaryFn binary(Binary op) { return table().binary[static_cast<int>(op)]; }
+
+}  // namespace kiln::vec
