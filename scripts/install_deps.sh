@@ -8,6 +8,7 @@ PACKAGES=(
   libbenchmark-dev libgtest-dev libdnnl-dev
   ocl-icd-opencl-dev opencl-c-headers  # dnnl-config.cmake (Debian's libdnnl-dev) finds OpenCL
   python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

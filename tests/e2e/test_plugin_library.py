@@ -63,15 +63,15 @@ def main():
     check("build with the plugin", b.returncode == 0, b.stderr)
     x = np.linspace(-3, 3, 5 * 4, dtype=np.float32).reshape(5, 4)
     np.save(work / "x.npy", x)
-    r = subprocess.run([a.engine_run, str(work / "good.engine"), "--profile", "p", "--input", f"x={work / 'x.npy'}",
-                        "--output-dir", str(work / "out")], capture_output=True, text=True)
+    r = subprocess.run([a.engine_run, str(work / "good.engine"), "--plugin-dir", str(work / "lib"), "--profile", "p", "--input",
+                        f"x={work / 'x.npy'}", "--output-dir", str(work / "out")], capture_output=True, text=True)
     check("engine-run", r.returncode == 0, r.stderr)
     if r.returncode == 0:
         y = np.load(work / "out" / "y.npy")
         want = np.square(1.5 * np.tanh(0.75 * x))
         check("outputs match numpy", y.shape == want.shape and np.allclose(y, want, rtol=1e-5, atol=1e-6),
               f"max abs err {np.abs(y - want).max() if y.shape == want.shape else y.shape}")
-    i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine")], capture_output=True, text=True)
+    i = subprocess.run([a.engine_run, "--plugin", str(lib), "--inspect", str(work / "good.engine")], capture_output=True, text=True)
     check("inspect shows the plugin layer", i.returncode == 0 and "plugin" in i.stdout, i.stdout + i.stderr)
 
     def expect_error(label, cmd, needles, cwd=work):
@@ -91,10 +91,13 @@ def main():
                  [str(work / "lib" / "nope.so")])
     expect_error("wrong API version", [a.engine_build, config(work, "badapi", "st.onnx", ["lib/libbad_api.so"]), "--no-bench"],
                  [str(work / "lib" / "libbad_api.so"), "version 999", "version 1"])
+    # An engine never makes engine-run open a library the command line did not allow.
+    expect_error("engine-run without --plugin", [a.engine_run, "--inspect", str(work / "good.engine")], [str(lib), "has not allowed"])
     lib.rename(work / "moved.so")
-    expect_error("engine whose library moved", [a.engine_run, "--inspect", str(work / "good.engine")], [str(lib)])
-    expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--profile", "p", "--input",
-                                                    f"x={work / 'x.npy'}", "--output-dir", str(work / "out2")], [str(lib)])
+    expect_error("engine whose library moved", [a.engine_run, "--plugin-dir", str(work / "lib"), "--inspect", str(work / "good.engine")],
+                 [str(lib)])
+    expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--plugin-dir", str(work / "lib"), "--profile",
+                                                    "p", "--input", f"x={work / 'x.npy'}", "--output-dir", str(work / "out2")], [str(lib)])
     print(f"{failures} failed")
     return 1 if failures else 0
 
