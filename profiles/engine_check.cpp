@@ -10,8 +10,8 @@
 #include <sstream>
 #include <thread>
 
-#include "profiles/input_generator.h"
-#include "profiles/json_text.h"
+#include "builder/input_generator.h"
+#include "builder/json_text.h"
 
 namespace kiln {
 

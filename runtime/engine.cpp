@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "plugins/plugin_kernel.h"
-#include "plugins/plugin_registry.h"
+#include "runtime/plugin_host/plugin_kernel.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
 #include "runtime/memory_budget.h"

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "runtime/cpu_features.h"
+
 namespace kiln {
 
 uint64_t checksum64(const void* data, size_t n) {
@@ -25,12 +27,11 @@ uint64_t checksum64(const void* data, size_t n) {
 }
 
 uint64_t host_cpu_features() {
+  const CpuInfo& cpu = cpu_info();
   uint64_t f = 0;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) f |= kCpuAvx2;
-  if (__builtin_cpu_supports("fma")) f |= kCpuFma;
-  if (__builtin_cpu_supports("avx512f")) f |= kCpuAvx512f;
-  if (__builtin_cpu_supports("avx512bf16")) f |= kCpuAvx512Bf16;
+  if (cpu.avx2) f |= kCpuAvx2 | kCpuFma;
+  if (cpu.avx512) f |= kCpuAvx512f;
+  if (cpu.avx512_bf16) f |= kCpuAvx512Bf16;
   return f;
 }
 

@@ -15,7 +15,7 @@
 #include "profiles/engine_check.h"
 #include "profiles/matmul_peak.h"
 #include "profiles/streaming_check.h"
-#include "profiles/tactic_selection.h"
+#include "builder/tactics/tactic_selection.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 #include "tools/run_options.h"

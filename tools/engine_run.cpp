@@ -22,13 +22,13 @@
 #include <iostream>
 #include <map>
 
-#include "builder/build_plan.h"
-#include "builder/onnx_importer.h"
-#include "builder/onnx_tensor.h"
+#include "builder/plan/build_plan.h"
+#include "builder/onnx/onnx_importer.h"
+#include "builder/onnx/onnx_tensor.h"
 #include "profiles/latency_stats.h"
 #include "profiles/layer_profile.h"
-#include "profiles/tactic_selection.h"
-#include "plugins/plugin_registry.h"
+#include "builder/tactics/tactic_selection.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"

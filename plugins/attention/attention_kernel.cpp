@@ -1,10 +1,7 @@
 #include "plugins/attention/attention_kernel.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +10,7 @@
 #include <limits>
 
 #include "plugins/attention/attention_tiles.h"
+#include "runtime/cpu_features.h"
 // A built-in plugin shares kiln's thread pool (external libraries see only plugin_api.h).
 #include "runtime/thread_pool.h"
 
@@ -26,25 +24,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t aligned_bytes(int64_t n) { return static_cast<size_t>(round_up(n, static_cast<int64_t>(kAlign))); }
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return has;
-}
-
-// AMX-TILE and AMX-BF16 (CPUID.7.0:EDX bits 24 and 22), and Linux's permission to use the tile
-// data state, which a process must request once (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
-bool cpu_has_amx_bf16() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16") || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
-      return false;
-    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return has;
-}
+bool cpu_has_avx512() { return cpu_info().avx512; }
+bool cpu_has_amx_bf16() { return cpu_info().amx_bf16; }
 
 std::atomic<bool> g_avx512_allowed{true};
 std::atomic<bool> g_stationary_allowed{true};

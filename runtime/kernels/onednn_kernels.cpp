@@ -6,6 +6,7 @@
 #include "runtime/engine_format.h"
 #include "runtime/kernels/onednn_common.h"
 #include "runtime/kernels/packed_weights.h"
+#include "runtime/thread_scratch.h"
 
 namespace kiln {
 
@@ -14,18 +15,7 @@ const dnnl::engine& onednn_engine() {
   return engine;
 }
 
-void* onednn_thread_scratchpad(size_t bytes) {
-  thread_local std::shared_ptr<void> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset();  // free first: the old and the new buffer need not both exist
-    capacity = 0;
-    buffer = aligned_alloc_shared(bytes);
-    if (!buffer) return nullptr;
-    capacity = bytes;
-  }
-  return buffer.get();
-}
+void* onednn_thread_scratchpad(size_t bytes) { return thread_scratch(ScratchSlot::kOnednnScratchpad, bytes); }
 
 void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) {
   prim_ = std::move(prim);

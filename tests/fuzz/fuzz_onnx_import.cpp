@@ -5,8 +5,8 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
-#include "builder/build_plan.h"
-#include "builder/onnx_importer.h"
+#include "builder/plan/build_plan.h"
+#include "builder/onnx/onnx_importer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

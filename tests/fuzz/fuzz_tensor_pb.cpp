@@ -1,5 +1,5 @@
 // libFuzzer target: the ONNX TensorProto reader (.pb inputs, builder/onnx_tensor.cpp).
-#include "builder/onnx_tensor.h"
+#include "builder/onnx/onnx_tensor.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
