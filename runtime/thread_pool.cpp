@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.h"
 
 #include <immintrin.h>
+#include <omp.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -36,8 +37,8 @@ constexpr double kMinChunkNs = 4'000;
 constexpr int64_t kChunksPerThread = 8;
 // A worker that has not joined a region lasting this long was not running (its core was busy):
 // it is left out of regions for a while (backoff doubling from the first to the last figure).
-constexpr int64_t kLateNs = 300'000;
-constexpr int64_t kFirstBenchNs = 2'000'000, kMaxBenchNs = 64'000'000;
+constexpr int64_t kLateNs = 1'000'000;
+constexpr int64_t kFirstBenchNs = 1'000'000, kMaxBenchNs = 64'000'000;
 
 thread_local bool t_in_region = false;
 
@@ -127,6 +128,15 @@ Status ThreadPool::configure(const ThreadPoolOptions& o) {
     }
   const std::string caller = apply_thread_policy(options_.cpus.empty() ? -1 : options_.cpus[0], options_.realtime, options_.realtime_priority);
   if (configure_warning_.empty()) configure_warning_ = caller;
+  // oneDNN's primitives run on OpenMP's team (Debian builds it so): its threads get the same
+  // pinning and priority, or a bf16 engine's oneDNN matmuls would still wait on an ordinary thread.
+  if (!options_.cpus.empty() || options_.realtime) {
+    const std::vector<int> cpus = options_.cpus;
+    const bool rt = options_.realtime;
+    const int prio = options_.realtime_priority;
+#pragma omp parallel num_threads(team_size_)
+    apply_thread_policy(cpus.empty() ? -1 : cpus[static_cast<size_t>(omp_get_thread_num()) % cpus.size()], rt, prio);
+  }
   start_workers();
   if (!configure_warning_.empty()) return FailedPrecondition(configure_warning_);
   return Status::Ok();
@@ -240,8 +250,31 @@ void ThreadPool::worker_main(int slot) {
   }
 }
 
+// KILN_THREAD_POOL=openmp runs every region as an OpenMP fork-join with static shares instead (the
+// scheduling kiln had before this pool), for A/B measurements in one binary (bench/interference.sh).
+static bool openmp_mode() {
+  static const bool on = [] {
+    const char* env = std::getenv("KILN_THREAD_POOL");
+    return env && std::string(env) == "openmp";
+  }();
+  return on;
+}
+
 void ThreadPool::run_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int max_slots) {
   if (n <= 0) return;
+  if (openmp_mode() && !t_in_region && team_size_ > 1 && max_slots > 1 && n > grain) {
+    const int team = std::min(team_size_, max_slots);
+    regions_.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel num_threads(team)
+    {
+      t_in_region = true;
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t b = n * t / nt, e = n * (t + 1) / nt;
+      if (b < e) fn(ctx, b, e, static_cast<int>(t));
+      t_in_region = false;
+    }
+    return;
+  }
   bool expected = false;
   if (team_size_ <= 1 || max_slots <= 1 || t_in_region || n <= grain || !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
     inline_loops_.fetch_add(1, std::memory_order_relaxed);
