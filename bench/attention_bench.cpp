@@ -1,5 +1,6 @@
 // Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (not a test:
-// timings go to stdout only): the AVX2 f32 path, the AVX-512 f32 path and (with AMX) bf16, run
+// timings go to stdout only): the AVX2 f32 path, the AVX-512 f32 path and bf16 (AMX, else
+// AVX512_BF16; KILN_MAX_CPU_ISA picks which), run
 // alternately, one call each per round; reports each variant's median wall and CPU time and
 // GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
 //
@@ -139,6 +140,10 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
   if (attention::bf16_supported()) {
     variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
     variants.push_back({"bf16 mask", [&] { return attention::run_attention(pmb, gm, mv, ov, ws.data(), slots); }});
+    variants.push_back({"bf16 cold", [&] {
+                          const int c = cold_next++ % kCopies;
+                          return attention::run_attention(pmb, gm, cold_iv[c], cold_ov[c], ws.data(), slots);
+                        }});
   }
   // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still
   // shows the kernel's cost when the wall time mostly shows waiting for a core.

@@ -8,6 +8,7 @@
 
 #include "builder/build_plan.h"
 #include "builder/engine_writer.h"
+#include "builder/int8_lowering.h"
 #include "builder/onnx_importer.h"
 #include "plugins/plugin_kernel.h"
 #include "plugins/plugin_registry.h"
@@ -101,13 +102,6 @@ Status configure_plugins(const Graph& graph, const ResolvedProfile& rp, const st
   return Status::Ok();
 }
 
-// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
-// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
-bool host_has_bf16() {
-  const char* off = std::getenv("KILN_DISABLE_BF16");
-  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
-}
-
 // Switches every step that has a bf16 kernel to it and returns the op types left in fp32. Attention
 // plugins get their "precision" field set only when they declare one (their fields, defaults
 // included, are what the step saved); *plugins_changed tells the caller to configure them again.
@@ -152,7 +146,49 @@ uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& pla
   return f;
 }
 
+// Lowers one profile's configured plan to the build's precision (bf16 kernels, int8 with the
+// calibrated scales, precision_overrides) and reconfigures plugins whose precision changed. The
+// fp32 plan stays in bp.fp32_plan as the reference the report measures the error against.
+Status lower_precision(const BuildConfig& cfg, const Graph& graph, const std::set<std::string>& disabled, bool bf16, bool int8,
+                       const std::map<std::string, float>& scales, BuiltProfile& bp, const ProgressFn& progress, const std::string& step) {
+  if (!bf16 && !int8) return Status::Ok();
+  bp.fp32_plan = std::make_shared<Plan>(*bp.plan);
+  bool plugins_changed = false;
+  std::set<std::string> fp32_ops;
+  if (bf16) fp32_ops = lower_to_bf16(*bp.plan, &plugins_changed);
+  if (int8) {
+    const Int8Lowering r = lower_to_int8(*bp.plan, *bp.fp32_plan, scales, cfg.precision_overrides, bf16);
+    progress(step + "int8: " + std::to_string(r.quantized) + " steps quantized" +
+             (r.without_scale.empty() ? "" : ", " + std::to_string(r.without_scale.size()) + " without a calibrated scale left as they were") +
+             (r.overridden.empty() ? "" : ", " + std::to_string(r.overridden.size()) + " pinned by precision_overrides") +
+             (bf16 ? "; the other steps with a bf16 kernel run bf16" : "; the other steps run fp32 (no AVX512_BF16 here)"));
+    fp32_ops.erase("FusedMatMul");
+  } else if (!cfg.precision_overrides.empty()) {
+    const auto pinned = apply_precision_overrides(*bp.plan, *bp.fp32_plan, cfg.precision_overrides, bf16);
+    if (!pinned.empty()) progress(step + std::to_string(pinned.size()) + " steps pinned by precision_overrides");
+  }
+  // A plugin may size its tiles or workspace by precision in configure().
+  plugins_changed = plugins_changed || !cfg.precision_overrides.empty();
+  if (plugins_changed) {
+    Status st = configure_plugins(graph, bp.profile, disabled, *bp.plan);
+    if (!st.ok()) return st;
+  }
+  if (bf16 && !fp32_ops.empty()) {
+    std::string list;
+    for (const auto& op : fp32_ops) list += (list.empty() ? "" : ", ") + op;
+    progress(step + "warning: precision " + cfg.precision + ": no bf16 kernel for " + list + "; these steps run in fp32");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
+// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
+bool host_has_bf16() {
+  const char* off = std::getenv("KILN_DISABLE_BF16");
+  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
+}
 
 StreamingSpec streaming_spec(const BuildConfig& cfg) {
   StreamingSpec spec;
@@ -169,14 +205,23 @@ StreamingSpec streaming_spec(const BuildConfig& cfg) {
   return spec;
 }
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune) {
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune,
+                                   const CalibrateHook& calibrate) {
   BuildResult result;
   std::error_code ec;
   if (std::filesystem::equivalent(cfg.model, cfg.output, ec))
     return InvalidArgument("output '" + cfg.output + "' is the model file itself; refusing to overwrite it");
-  const bool bf16 = cfg.precision == "bf16" && host_has_bf16();
+  const bool int8 = cfg.precision == "int8";
+  // int8 engines run attention and the matmuls int8 leaves out in bf16 where the CPU has it.
+  const bool bf16 = (cfg.precision == "bf16" || int8) && host_has_bf16();
   if (cfg.precision == "bf16" && !bf16)
     progress("warning: precision bf16 needs AVX512_BF16, which this CPU does not have (or KILN_DISABLE_BF16 is set): building fp32");
+  if (int8 && !calibrate) return InvalidArgument(cfg.config_path + ": precision int8 needs calibration, which this caller does not provide");
+  if (int8 && !cfg.calibration.profile.empty()) {
+    bool found = false;
+    for (const auto& pc : cfg.profiles) found |= pc.name == cfg.calibration.profile;
+    if (!found) return InvalidArgument(cfg.config_path + ": calibration.profile '" + cfg.calibration.profile + "' is not a profile of the config");
+  }
 
   // Plugin libraries load before the import so the model's custom ops resolve; the engine records
   // their absolute paths and loads them again wherever it is loaded.
@@ -211,6 +256,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   if (attention_mode == "off") disabled.insert("attention_fusion");
   const bool attention_required = attention_mode == "required";
   std::vector<std::shared_ptr<const Plan>> plans;
+  std::vector<std::chrono::steady_clock::time_point> built_in;  // when each profile's build began
   for (size_t i = 0; i < cfg.profiles.size(); ++i) {
     const ProfileConfig& pc = cfg.profiles[i];
     auto tp = std::chrono::steady_clock::now();
@@ -234,33 +280,41 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
       if (line.rfind("selected_row_narrowing:", 0) == 0) progress(step + line);
     st = configure_plugins(graph, *resolved, disabled, *bp.plan);
     if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
-    if (bf16) {
-      // The fp32 plan stays in memory as the reference engine-build's report measures bf16 against.
-      bp.fp32_plan = std::make_shared<Plan>(*bp.plan);
-      bool plugins_changed = false;
-      const std::set<std::string> fp32_ops = lower_to_bf16(*bp.plan, &plugins_changed);
-      // A plugin may size its tiles or workspace by precision in configure().
-      if (plugins_changed) st = configure_plugins(graph, *resolved, disabled, *bp.plan);
-      if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
-      if (!fp32_ops.empty()) {
-        std::string list;
-        for (const auto& op : fp32_ops) list += (list.empty() ? "" : ", ") + op;
-        progress(step + "warning: precision bf16: no bf16 kernel for " + list + "; these steps run in fp32");
+    result.profiles.push_back(std::move(bp));
+    built_in.push_back(tp);
+  }
+
+  // int8: the activation scales of the calibration profile's fp32 plan serve every profile (the
+  // steps keep their node names across profiles).
+  std::map<std::string, float> scales;
+  if (int8) {
+    const std::string& want = cfg.calibration.profile.empty() ? cfg.profiles.front().name : cfg.calibration.profile;
+    for (const auto& bp : result.profiles)
+      if (bp.profile.name == want) {
+        auto got = calibrate(*bp.plan, bp.profile);
+        if (!got.ok()) return got.status().with_context(cfg.config_path + ": calibration on profile '" + want + "'");
+        scales = std::move(got).value();
       }
-    }
+  }
+  for (size_t i = 0; i < result.profiles.size(); ++i) {
+    BuiltProfile& bp = result.profiles[i];
+    const ProfileConfig& pc = cfg.profiles[i];
+    const std::string step = "[profile " + std::to_string(i + 1) + "/" + std::to_string(cfg.profiles.size()) + " '" + pc.name + "'] ";
+    Status st = lower_precision(cfg, graph, disabled, bf16, int8, scales, bp, progress, step);
+    if (!st.ok()) return st.with_context(cfg.config_path + ":" + std::to_string(pc.line));
     if (tune) {
-      st = tune(*bp.plan, *resolved);
+      st = tune(*bp.plan, bp.profile);
       if (!st.ok()) return st.with_context("profile '" + pc.name + "'");
     }
-    progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));
+    progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " +
+             seconds_since(built_in[i]));
     plans.push_back(bp.plan);
-    result.profiles.push_back(std::move(bp));
   }
 
   EngineWriteInput in;
   in.plans = plans;
   in.source_model = std::filesystem::path(cfg.model).filename().string();
-  in.precision = bf16 ? "bf16" : "fp32";
+  in.precision = int8 ? "int8" : bf16 ? "bf16" : "fp32";
   in.plugin_libraries = plugin_libraries;
   in.has_streaming = cfg.streaming.present;
   if (in.has_streaming) in.streaming = streaming_spec(cfg);

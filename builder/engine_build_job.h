@@ -17,7 +17,7 @@ namespace kiln {
 struct BuiltProfile {
   ResolvedProfile profile;
   std::shared_ptr<Plan> plan;
-  std::shared_ptr<Plan> fp32_plan;  // precision bf16 only: the same plan with fp32 kernels, for the error report
+  std::shared_ptr<Plan> fp32_plan;  // precision bf16/int8: the same plan with fp32 kernels, for the error report
   std::vector<std::string> pass_log;
   std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
 };
@@ -41,6 +41,15 @@ StreamingSpec streaming_spec(const BuildConfig& cfg);
 // written.
 using PlanHook = std::function<Status(Plan& plan, const ResolvedProfile& profile)>;
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {});
+// precision: int8: the activation scale of each int8 candidate step (by name), measured on the
+// fp32 plan of the calibration profile (profiles/calibration.h does it for engine-build).
+using CalibrateHook = std::function<StatusOr<std::map<std::string, float>>(const Plan& fp32_plan, const ResolvedProfile& profile)>;
+
+// The precision the build uses: the config's, lowered where this CPU lacks it (bf16 without
+// AVX512_BF16 builds fp32; int8 runs its non-quantized steps in bf16 only where bf16 runs).
+bool host_has_bf16();
+
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {},
+                                   const CalibrateHook& calibrate = {});
 
 }  // namespace kiln

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "runtime/cpu_isa.h"
+
 namespace kiln {
 
 uint64_t checksum64(const void* data, size_t n) {
@@ -29,8 +31,9 @@ uint64_t host_cpu_features() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) f |= kCpuAvx2;
   if (__builtin_cpu_supports("fma")) f |= kCpuFma;
-  if (__builtin_cpu_supports("avx512f")) f |= kCpuAvx512f;
-  if (__builtin_cpu_supports("avx512bf16")) f |= kCpuAvx512Bf16;
+  // KILN_MAX_CPU_ISA hides what it caps, so a build sees the CPU it pretends to be.
+  if (__builtin_cpu_supports("avx512f") && cpu_isa_allowed(CpuIsa::kAvx512Core)) f |= kCpuAvx512f;
+  if (__builtin_cpu_supports("avx512bf16") && cpu_isa_allowed(CpuIsa::kAvx512CoreBf16)) f |= kCpuAvx512Bf16;
   return f;
 }
 

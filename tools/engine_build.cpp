@@ -9,10 +9,12 @@
 
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
+#include "profiles/calibration.h"
 #include "profiles/engine_check.h"
 #include "profiles/matmul_peak.h"
 #include "profiles/streaming_check.h"
 #include "profiles/tactic_selection.h"
+#include "runtime/cpu_isa.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 
@@ -20,7 +22,9 @@ namespace kiln {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n";
+    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n"
+    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_bf16|avx512_core_amx caps kiln's kernels (and oneDNN's,\n"
+    "  unless DNNL_MAX_CPU_ISA is set) to the instruction sets of a smaller CPU\n";
 
 struct Args {
   std::string config, output, report;
@@ -64,13 +68,38 @@ void progress(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Per profile: the compute rate against the machine's matmul peak and the slowest layers.
-void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gflops) {
+// "f32 360, bf16 880" for the measured peaks.
+std::string peaks_text(const MatmulPeaks& peaks) {
+  std::string s;
+  for (int i = 0; i < kFlopPrecisions; ++i)
+    if (peaks[i] > 0) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s%s %.0f", s.empty() ? "" : ", ", flop_precision_name(static_cast<FlopPrecision>(i)), peaks[i]);
+      s += buf;
+    }
+  return s;
+}
+
+// Per profile: the compute rate against the peak of each step's own precision, and the slowest
+// layers.
+void print_layer_summary(const std::vector<ProfileCheck>& checks, const MatmulPeaks& peaks) {
   for (const auto& c : checks) {
     if (!c.benchmarked) continue;
-    std::printf("\nprofile '%s': %.2f GFLOP at opt%s, GFLOP/s %.1f of peak %.1f (%.0f%%); slowest layers of a profiled run (%.1f ms):\n",
-                c.profile.c_str(), c.layers.flops.flops / 1e9, c.layers.flops.upper_bound ? " (upper bound)" : "", c.gflops_per_s(),
-                peak_gflops, peak_gflops > 0 ? 100.0 * c.gflops_per_s() / peak_gflops : 0.0, c.layers.run_ms);
+    std::string split;
+    const auto by_precision = gflop_by_precision(c.layers);
+    int used = 0;
+    for (int i = 0; i < kFlopPrecisions; ++i) used += by_precision[i] > 0;
+    for (int i = 0; i < kFlopPrecisions && used > 1; ++i)
+      if (by_precision[i] > 0) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%s%.3g %s", split.empty() ? " (" : ", ", by_precision[i], flop_precision_name(static_cast<FlopPrecision>(i)));
+        split += buf;
+      }
+    if (!split.empty()) split += ")";
+    std::printf("\nprofile '%s': %.2f GFLOP at opt%s%s, GFLOP/s %.1f, %.0f%% of the peak of each FLOP's precision (GFLOP/s: %s); "
+                "slowest layers of a profiled run (%.1f ms):\n",
+                c.profile.c_str(), c.layers.flops.flops / 1e9, c.layers.flops.upper_bound ? " (upper bound)" : "", split.c_str(),
+                c.gflops_per_s(), 100.0 * c.peak_fraction(peaks), peaks_text(peaks).c_str(), c.layers.run_ms);
     for (size_t i : slowest_steps(c.layers, 5)) {
       const LayerTiming& t = c.layers.steps[i];
       std::printf("  %8.2f ms  %-16s %s\n", t.ms, t.op_type.c_str(), t.name.c_str());
@@ -89,9 +118,10 @@ void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gf
       if (gflop < 0.05 * c.layers.flops.flops / 1e9 / 100) continue;  // under 0.05% of the total: noise
       double ms = 0;
       for (const auto& t : c.layers.steps) ms += t.op_type == op ? t.ms : 0;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.3g GFLOP in %.3g ms = %.3g GFLOP/s", rates.empty() ? "" : ", ", op.c_str(), gflop, ms,
-                    ms > 0 ? gflop / ms * 1e3 : 0.0);
+      char buf[160];
+      const double ideal = ideal_ms(c.layers, peaks, op);
+      std::snprintf(buf, sizeof buf, "%s%s %.3g GFLOP in %.3g ms = %.3g GFLOP/s (%.0f%% of peak)", rates.empty() ? "" : ", ", op.c_str(), gflop,
+                    ms, ms > 0 ? gflop / ms * 1e3 : 0.0, ms > 0 ? 100.0 * ideal / ms : 0.0);
       rates += buf;
     }
     std::printf("  compute rate in the profiled run: %s\n", rates.c_str());
@@ -132,6 +162,7 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
 }
 
 Status run(const Args& args) {
+  KILN_RETURN_IF_ERROR(check_max_cpu_isa_env());
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
   if (!args.output.empty()) cfg.output = args.output;
@@ -142,7 +173,12 @@ Status run(const Args& args) {
     progress("timing cache " + cfg.timing_cache + ": " + std::to_string(cache.size()) + " entries");
   }
   TacticLog tactics;
-  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{}));
+  const CalibrateHook calibrate_hook = [&](const Plan& fp32_plan, const ResolvedProfile& rp) -> StatusOr<std::map<std::string, float>> {
+    KILN_ASSIGN_OR_RETURN(CalibrationResult r, calibrate(fp32_plan, rp.name, rp.shapes_at(ResolvedProfile::Point::kOpt), cfg, progress));
+    return r.a_scale;
+  };
+  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{},
+                                                        calibrate_hook));
   if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -154,13 +190,17 @@ Status run(const Args& args) {
     for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
     progress("profile '" + c.profile + "': loaded engine matches the built plan at " + pts + " shapes");
   }
-  double peak_gflops = 0;
+  MatmulPeaks peaks{};
   if (args.bench) {
-    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 20)");
-    KILN_ASSIGN_OR_RETURN(MatmulPeak peak, measure_matmul_peak());
-    peak_gflops = peak.gflops;
+    std::set<FlopPrecision> used = used_precisions(checks);
+    used.insert(FlopPrecision::kF32);
+    std::string names;
+    for (FlopPrecision p : used) names += std::string(names.empty() ? "" : ", ") + flop_precision_name(p);
+    progress("measuring the matmul peak of each precision the engine's FLOPs run in (" + names +
+             "): 1024^3 through kiln's matmul kernel of that precision, best of 20");
+    KILN_ASSIGN_OR_RETURN(peaks, measure_matmul_peaks(used));
     print_table(checks);
-    print_layer_summary(checks, peak_gflops);
+    print_layer_summary(checks, peaks);
   }
   std::map<std::string, std::string> extra;
   if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
@@ -175,7 +215,7 @@ Status run(const Args& args) {
 
   const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
   std::ofstream f(report);
-  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra);
+  f << build_report_json(built, cfg, checks, build_seconds, args.bench ? &peaks : nullptr, extra);
   if (!f) return IoError("cannot write report '" + report + "'");
   std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
               static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());

@@ -13,6 +13,7 @@
 // given inputs' shapes, the fastest kept), so it runs the kernels an engine built for those shapes
 // would; --no-tactics keeps every op's highest-priority kernel.
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "profiles/latency_stats.h"
 #include "profiles/layer_profile.h"
 #include "profiles/tactic_selection.h"
+#include "runtime/cpu_isa.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
@@ -46,7 +48,9 @@ constexpr const char* kUsage =
     "  FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
     "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n"
     "  --no-tactics: an ONNX model runs every op's highest-priority kernel instead of the fastest timed one\n"
-    "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n";
+    "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n"
+    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_bf16|avx512_core_amx caps kiln's kernels (and oneDNN's,\n"
+    "  unless DNNL_MAX_CPU_ISA is set) to the instruction sets of a smaller CPU\n";
 
 struct Args {
   std::string model;
@@ -212,6 +216,7 @@ Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs)
 }
 
 Status run(const Args& args) {
+  KILN_RETURN_IF_ERROR(check_max_cpu_isa_env());
   if (args.inspect) return inspect(args.model);
   if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir);
   std::map<std::string, Tensor> inputs;
@@ -258,17 +263,27 @@ Status run_context(ExecutionContext& c, const Args& args) {
   KILN_RETURN_IF_ERROR(ctx->run());
 
   if (args.iterations > 0) {
-    std::vector<double> samples;
+    // Also the process's CPU time per run (every thread): on a shared machine a run's wall time
+    // mostly measures waiting for a core, its CPU time still the work (compare at equal threads).
+    auto cpu_ms = [] {
+      timespec t;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+      return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+    };
+    std::vector<double> samples, cpu_samples;
     for (int i = 0; i < args.iterations; ++i) {
+      const double c0 = cpu_ms();
       auto t0 = std::chrono::steady_clock::now();
       KILN_RETURN_IF_ERROR(ctx->run());
       samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      cpu_samples.push_back(cpu_ms() - c0);
     }
-    LatencyStats s = compute_latency_stats(samples);
+    LatencyStats s = compute_latency_stats(samples), cpu = compute_latency_stats(cpu_samples);
     std::cout << "latency over " << s.iterations << " iterations (after 1 warm-up): " << latency_line(s) << "\n";
+    std::cout << "cpu time per run (all threads): " << latency_line(cpu) << "\n";
     if (!args.json.empty()) {
       std::ofstream f(args.json);
-      f << "{\"latency_ms\": " << latency_json(s) << ", \"iterations\": " << s.iterations << "}\n";
+      f << "{\"latency_ms\": " << latency_json(s) << ", \"cpu_ms\": " << latency_json(cpu) << ", \"iterations\": " << s.iterations << "}\n";
       if (!f) return IoError("cannot write '" + args.json + "'");
     }
   }

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "plugins/attention/attention_tiles.h"
+#include "runtime/cpu_isa.h"
 
 // The driver: splits the work over (batch, head, query tile), walks key tiles, skips fully
 // masked ones, applies masks and normalizes; the tile compute is attention_tiles_*.cpp, chosen
@@ -24,10 +25,19 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t aligned_bytes(int64_t n) { return static_cast<size_t>(round_up(n, static_cast<int64_t>(kAlign))); }
 
-bool cpu_has_avx512() {
+// What the CPU has, read once; which of it runs is also capped by KILN_MAX_CPU_ISA (runtime/cpu_isa.h),
+// checked on every call so tests can move the cap.
+bool cpu_has_avx512_raw() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   return has;
+}
+bool cpu_has_avx512() { return cpu_has_avx512_raw() && cpu_isa_allowed(CpuIsa::kAvx512Core); }
+
+// AVX512_BF16's vdpbf16ps (bf16 pair dot products into f32 lanes).
+bool cpu_has_avx512_bf16() {
+  static const bool has = cpu_has_avx512_raw() && __builtin_cpu_supports("avx512bf16");
+  return has && cpu_isa_allowed(CpuIsa::kAvx512CoreBf16);
 }
 
 // AMX-TILE and AMX-BF16 (CPUID.7.0:EDX bits 24 and 22), and Linux's permission to use the tile
@@ -35,23 +45,25 @@ bool cpu_has_avx512() {
 bool cpu_has_amx_bf16() {
   static const bool has = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!cpu_has_avx512() || !__builtin_cpu_supports("avx512bf16") || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
+    if (!cpu_has_avx512_raw() || !__builtin_cpu_supports("avx512bf16") || !__get_cpuid_count(7, 0, &a, &b, &c, &d))
       return false;
     if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
-  return has;
+  return has && cpu_isa_allowed(CpuIsa::kAvx512CoreAmx);
 }
 
 std::atomic<bool> g_avx512_allowed{true};
 std::atomic<bool> g_stationary_allowed{true};
 
-// bf16 runs on AMX; without it the f32 path runs (AVX512_BF16's vdpbf16ps alone is not used: on
-// the Xeon it was measured on, it ran at half the rate of f32 FMA in flops).
+// bf16 runs on AMX where there is AMX, else on AVX512_BF16's vdpbf16ps (twice FMA's products per
+// instruction; K/V converted once per (batch, head) also halves what the tiles read); a CPU with
+// neither runs the f32 path.
 TileOps tile_ops(const Params& p) {
   if (!g_avx512_allowed.load(std::memory_order_relaxed) || !cpu_has_avx512()) return avx2_tile_ops();
   if (p.precision == Precision::kBf16 && cpu_has_amx_bf16()) return amx_bf16_tile_ops();
+  if (p.precision == Precision::kBf16 && cpu_has_avx512_bf16()) return avx512_bf16_tile_ops();
   return avx512_tile_ops();
 }
 
@@ -380,11 +392,14 @@ struct QueryTiling {
   int64_t rows(int64_t t) const { return lane_end(t) - lane_begin(t) + (t + 1 == tiles ? few : 0); }
 };
 
-QueryTiling query_tiling(const TileOps& ops, int64_t Sq, bool packed_heads) {
+QueryTiling query_tiling(const TileOps& ops, int64_t Sq) {
   QueryTiling q;
   if (Sq <= 0) return q;
   const int64_t tail = Sq % ops.query_pad;
-  q.few = ops.few_score && !packed_heads && tail <= kFewRows ? tail : 0;
+  // The bf16 paths (those packing heads) keep the tail on the lanes unless every row is in it
+  // (decoding): a few f32 rows beside bf16 ones would make a query's result depend on where the
+  // tiles cut, and full(T) differ from full(T-1) + one step by bf16 rounding, not 1e-6.
+  q.few = ops.few_score && tail <= kFewRows && (!ops.pack_head || tail == Sq) ? tail : 0;
   q.lane_rows = Sq - q.few;
   q.tiles = std::max<int64_t>(1, (q.lane_rows + kTq - 1) / kTq);
   return q;
@@ -514,7 +529,9 @@ bool allow_avx512(bool allowed) {
   return allowed && cpu_has_avx512();
 }
 
-bool bf16_supported() { return cpu_has_amx_bf16(); }
+bool bf16_supported() { return cpu_has_amx_bf16() || cpu_has_avx512_bf16(); }
+
+const char* bf16_path() { return cpu_has_amx_bf16() ? "amx" : cpu_has_avx512_bf16() ? "avx512_bf16" : "none"; }
 
 void allow_stationary_heads(bool allowed) { g_stationary_allowed.store(allowed); }
 
@@ -571,8 +588,9 @@ size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> in,
                      std::span<const TensorView> out, void* workspace, int slots) {
   const TileOps ops = tile_ops(p);
-  const size_t head = head_bytes(ops, g);
-  const QueryTiling tiling = query_tiling(ops, g.Sq, head > 0);
+  const QueryTiling tiling = query_tiling(ops, g.Sq);
+  // Rows that all take the few-row path (decoding's one query) read the f32 K/V: nothing to pack.
+  const size_t head = tiling.lane_rows > 0 ? head_bytes(ops, g) : 0;
   const int64_t q_tiles = tiling.tiles;
   const int64_t work = g.B * g.H * q_tiles;
   if (work > 0 && g.Dh > 0) {

@@ -96,5 +96,19 @@ constexpr int64_t kFewRows = 4;
 TileOps avx2_tile_ops();
 TileOps avx512_tile_ops();    // needs AVX-512 F, BW, DQ, VL
 TileOps amx_bf16_tile_ops();  // also needs AVX512_BF16, AMX-TILE, AMX-BF16 and the kernel's permission
+TileOps avx512_bf16_tile_ops();  // AVX-512 with AVX512_BF16 (vdpbf16ps), no AMX
+
+// Shared by the two bf16 paths (AVX-512 code: call only where avx512_tile_ops() runs).
+// Row stride (in 32-bit pairs) of the packed P: a key tile's keys in pairs.
+constexpr int64_t kPairStride = kTk / 2;
+// sc.q = scale * Q as bf16 pairs [padded_dh(Dh) / 2, kTq] (queries along a row; zero past Dh, nq).
+void pack_q_bf16_pairs(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc);
+// TileOps::pack_head of both bf16 paths: K as bf16 rows [Skp, Dhp], V as bf16 key pairs [Skp / 2, Dhp].
+void pack_head_bf16(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
+// sc.ppack[i, jp] = (P[i, 2jp], P[i, 2jp+1]) in bf16 from the tile's P^T in sc.s (zero past nk),
+// for round_up(nk, 32) / 2 pairs of each of nqp queries.
+void pack_p_bf16_pairs(const Scratch& sc, int64_t nk, int64_t nqp);
+// The online softmax of a tile of S^T (nk keys, nqp queries): P^T in sc.s, sc.alpha, sc.m, sc.l.
+void softmax_tile_avx512(const Scratch& sc, int64_t nk, int64_t nqp);
 
 }  // namespace kiln::attention
