@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <optional>
 
-#include "builder/build_plan.h"
+#include "builder/plan/build_plan.h"
 #include "builder/engine_writer.h"
-#include "builder/int8_lowering.h"
-#include "builder/onnx_importer.h"
-#include "plugins/plugin_kernel.h"
-#include "plugins/plugin_registry.h"
+#include "builder/onnx/onnx_importer.h"
+#include "builder/plan/int8_lowering.h"
+#include "runtime/plugin_host/plugin_kernel.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine_format.h"
 #include "runtime/kernel.h"
 

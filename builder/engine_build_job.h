@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "builder/build_config.h"
-#include "builder/profile_builder.h"
+#include "builder/optimization_profile.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
 

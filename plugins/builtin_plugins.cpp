@@ -1,20 +1,14 @@
-// The ONE table of plugins built into kiln. Each entry returns a creator with static storage
-// duration; the registry does not own it.
-#include <initializer_list>
-
+// The ONE table of plugins built into kiln, exported the way an external plugin library exports
+// its own (plugins/plugin_api.h: KilnPluginLibrary), so the runtime's plugin host registers both
+// through the same code and this library needs nothing of the runtime but the plugin API.
 #include "plugins/attention/attention_plugin.h"
-#include "plugins/plugin_registry.h"
+#include "plugins/plugin_api.h"
 
-namespace kiln {
-
-Status register_builtin_plugins(PluginRegistry& registry) {
-  using BuiltinCreatorFn = const PluginCreator& (*)();
+extern "C" const KilnPluginLibrary* kiln_builtin_plugin_library() {
   // One line per built-in plugin (its creator function is declared in the plugin's own header).
-  const std::initializer_list<BuiltinCreatorFn> table = {
-      []() -> const PluginCreator& { return *attention_plugin_creator(); },  // kiln::Attention@1, plugins/attention/CONTRACT.md
+  static kiln::PluginCreator* const creators[] = {
+      kiln::attention_plugin_creator(),  // kiln::Attention@1, plugins/attention/CONTRACT.md
   };
-  for (BuiltinCreatorFn fn : table) KILN_RETURN_IF_ERROR(registry.add(&fn(), "builtin"));
-  return Status::Ok();
+  static const KilnPluginLibrary table = {kiln::kKilnPluginApiVersion, "builtin", sizeof creators / sizeof creators[0], creators};
+  return &table;
 }
-
-}  // namespace kiln

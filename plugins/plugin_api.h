@@ -10,8 +10,9 @@
 //   - external libraries export ONE extern "C" entry point, kiln_plugin_library(), returning a
 //     table stamped with kKilnPluginApiVersion; the loader rejects other versions.
 //
-// Plugins see only this header (and the runtime value types it includes); they never include
-// builder/ or other runtime internals.
+// Plugins see only this header (and the header-only runtime value types it includes, and kiln's CPU
+// feature detector, runtime/cpu_features.h, so an ISA cap applies to plugins as to built-in
+// kernels); they never include builder/ or other runtime internals.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "runtime/attributes.h"
+#include "runtime/cpu_features.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 

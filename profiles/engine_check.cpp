@@ -10,9 +10,9 @@
 #include <sstream>
 #include <thread>
 
-#include "profiles/calibration.h"
-#include "profiles/input_generator.h"
-#include "profiles/json_text.h"
+#include "builder/input_generator.h"
+#include "builder/json_text.h"
+#include "builder/quantization/calibration.h"
 
 namespace kiln {
 

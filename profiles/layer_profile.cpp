@@ -1,6 +1,6 @@
 #include "profiles/layer_profile.h"
 
-#include "profiles/json_text.h"
+#include "builder/json_text.h"
 
 #include <algorithm>
 #include <chrono>

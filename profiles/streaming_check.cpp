@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "profiles/engine_check.h"
-#include "profiles/json_text.h"
+#include "builder/json_text.h"
 
 namespace kiln {
 

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "plugins/plugin_kernel.h"
-#include "plugins/plugin_registry.h"
+#include "runtime/plugin_host/plugin_kernel.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu_features.h"
 
 namespace kiln {
 
@@ -27,13 +27,11 @@ uint64_t checksum64(const void* data, size_t n) {
 }
 
 uint64_t host_cpu_features() {
+  const CpuInfo& cpu = cpu_info();
   uint64_t f = 0;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) f |= kCpuAvx2;
-  if (__builtin_cpu_supports("fma")) f |= kCpuFma;
-  // KILN_MAX_CPU_ISA hides what it caps, so a build sees the CPU it pretends to be.
-  if (__builtin_cpu_supports("avx512f") && cpu_isa_allowed(CpuIsa::kAvx512Core)) f |= kCpuAvx512f;
-  if (__builtin_cpu_supports("avx512bf16") && cpu_isa_allowed(CpuIsa::kAvx512CoreBf16)) f |= kCpuAvx512Bf16;
+  if (cpu.avx2) f |= kCpuAvx2 | kCpuFma;
+  if (cpu.avx512) f |= kCpuAvx512f;
+  if (cpu.avx512_bf16) f |= kCpuAvx512Bf16;
   return f;
 }
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <map>
 
-#include "plugins/plugin_kernel.h"
+#include "runtime/plugin_host/plugin_kernel.h"
 
 namespace kiln {
 
@@ -70,12 +70,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   size_t max_in = 0, max_out = 0;
   for (size_t s = 0; s < ns; ++s) {
     const PlanStep& step = plan->steps[s];
-    KernelArgs args;
-    args.op_type = step.op_type;
-    args.node_name = step.name;
-    args.opset = plan->opset;
-    args.num_inputs = static_cast<int>(step.inputs.size());
-    args.num_outputs = static_cast<int>(step.outputs.size());
+    const KernelArgs args = KernelArgs::of(step, plan->opset);
     // Steps of a custom domain are plugins; the kernel registry holds only the default domain.
     KILN_ASSIGN_OR_RETURN(auto kernel, step.domain.empty() ? registry.create(args, step.attrs, step.impl) : create_plugin_kernel(step));
     ctx->kernels_.push_back(std::move(kernel));

@@ -46,6 +46,12 @@ struct KernelArgs {
   int opset = 17;          // opset of the default domain the model was exported with
   int num_inputs = 0;      // as written in the node, trailing absent inputs excluded
   int num_outputs = 0;
+
+  // The arguments of a graph node or plan step (anything with name, op_type, inputs, outputs).
+  template <typename NodeLike>
+  static KernelArgs of(const NodeLike& n, int opset) {
+    return KernelArgs{n.op_type, n.name, opset, static_cast<int>(n.inputs.size()), static_cast<int>(n.outputs.size())};
+  }
 };
 
 using KernelFactory = std::function<StatusOr<std::unique_ptr<Kernel>>(const KernelArgs&, AttrReader&)>;

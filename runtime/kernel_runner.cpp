@@ -20,12 +20,7 @@ StatusOr<std::vector<Tensor>> run_kernel_once(Kernel& kernel, std::span<const Te
 StatusOr<std::vector<Tensor>> run_op_once(const std::string& op_type, const AttrMap& attrs,
                                           const std::vector<Tensor>& inputs, int num_outputs, const std::string& impl,
                                           int opset) {
-  KernelArgs args;
-  args.op_type = op_type;
-  args.node_name = "test";
-  args.opset = opset;
-  args.num_inputs = static_cast<int>(inputs.size());
-  args.num_outputs = num_outputs;
+  const KernelArgs args{op_type, "test", opset, static_cast<int>(inputs.size()), num_outputs};
   KILN_ASSIGN_OR_RETURN(auto kernel, KernelRegistry::builtin().create(args, attrs, impl));
   std::vector<TensorView> views;
   for (const auto& t : inputs) views.push_back(t.view());

@@ -7,7 +7,7 @@
 #include <variant>
 #include <vector>
 
-#include "builder/onnx_importer.h"
+#include "builder/onnx/onnx_importer.h"
 
 namespace kiln::testing {
 

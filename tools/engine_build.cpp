@@ -1,5 +1,5 @@
 // engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile.
-//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]
+//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--sensitivity] [--set KEY=VALUE ...]
 #include <omp.h>
 
 #include <chrono>
@@ -9,12 +9,12 @@
 
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
-#include "profiles/calibration.h"
+#include "builder/quantization/calibration.h"
 #include "profiles/engine_check.h"
 #include "profiles/matmul_peak.h"
+#include "profiles/sensitivity.h"
 #include "profiles/streaming_check.h"
-#include "profiles/tactic_selection.h"
-#include "runtime/cpu_isa.h"
+#include "builder/tactics/tactic_selection.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
 
@@ -22,13 +22,17 @@ namespace kiln {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n"
-    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_bf16|avx512_core_amx caps kiln's kernels (and oneDNN's,\n"
-    "  unless DNNL_MAX_CPU_ISA is set) to the instruction sets of a smaller CPU\n";
+    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--sensitivity] [--set KEY=VALUE ...]\n"
+    "  --sensitivity: precision int8 only: builds, then ranks the int8 steps by the output error each causes alone (and\n"
+    "  left out alone) on held-out inputs of the calibration profile, prints the ranking and writes it to\n"
+    "  <engine>.sensitivity.json instead of checking and benchmarking the engine\n"
+    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_vnni|avx512_core_bf16|avx512_core_amx caps kiln's kernels\n"
+    "  (and oneDNN's unless DNNL_MAX_CPU_ISA is set, which alone caps both) to the instruction sets of a smaller CPU\n";
 
 struct Args {
   std::string config, output, report;
   bool bench = true;
+  bool sensitivity = false;
   std::vector<std::pair<std::string, std::string>> overrides;
 };
 
@@ -43,6 +47,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     if (s == "--output") { KILN_ASSIGN_OR_RETURN(a.output, value()); }
     else if (s == "--report") { KILN_ASSIGN_OR_RETURN(a.report, value()); }
     else if (s == "--no-bench") a.bench = false;
+    else if (s == "--sensitivity") a.sensitivity = true;
     else if (s == "--set") {
       KILN_ASSIGN_OR_RETURN(std::string kv, value());
       const size_t eq = kv.find('=');
@@ -161,8 +166,29 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
                 full->bench.latency.p50_ms / step->bench.latency.p50_ms, full->profile.c_str());
 }
 
+// --sensitivity: the int8 steps of the calibration profile ranked by the error each costs.
+Status run_sensitivity(const BuildConfig& cfg, const BuildResult& built) {
+  if (cfg.precision != "int8") return InvalidArgument(cfg.config_path + ": --sensitivity needs precision: int8 (got " + cfg.precision + ")");
+  const std::string& want = cfg.calibration.profile.empty() ? cfg.profiles.front().name : cfg.calibration.profile;
+  for (const auto& bp : built.profiles) {
+    if (bp.profile.name != want || !bp.fp32_plan) continue;
+    KILN_ASSIGN_OR_RETURN(SensitivityResult r, rank_int8_sensitivity(*bp.plan, *bp.fp32_plan, want, bp.profile.shapes_at(ResolvedProfile::Point::kOpt),
+                                                                    cfg, progress));
+    std::printf("\nint8 sensitivity, profile '%s' (error = max over outputs of max |x - fp32| / max(1, max |fp32|), %d held-out batch(es)):\n"
+                "all steps int8: %.4g\n%4s  %-48s %12s %12s\n", want.c_str(), r.batches, r.all_int8, "rank", "step", "alone int8", "all but it");
+    for (size_t i = 0; i < r.layers.size(); ++i)
+      std::printf("%4zu  %-48s %12.4g %12.4g\n", i + 1, r.layers[i].step.c_str(), r.layers[i].alone, r.layers[i].all_but);
+    const std::string path = built.engine_path + ".sensitivity.json";
+    std::ofstream f(path);
+    f << sensitivity_json(r);
+    if (!f) return IoError("cannot write '" + path + "'");
+    std::printf("\nsensitivity: %s (keep the top steps out of int8 with precision_overrides: {STEP: bf16})\n", path.c_str());
+    return Status::Ok();
+  }
+  return Internal("--sensitivity: no fp32 plan of the calibration profile '" + want + "'");
+}
+
 Status run(const Args& args) {
-  KILN_RETURN_IF_ERROR(check_max_cpu_isa_env());
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
   if (!args.output.empty()) cfg.output = args.output;
@@ -181,6 +207,7 @@ Status run(const Args& args) {
                                                         calibrate_hook));
   if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (args.sensitivity) return run_sensitivity(cfg, built);
 
   progress("loading " + built.engine_path + " back through the runtime loader");
   KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path));

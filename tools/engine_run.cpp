@@ -21,13 +21,12 @@
 #include <iostream>
 #include <map>
 
-#include "builder/build_plan.h"
-#include "builder/onnx_importer.h"
-#include "builder/onnx_tensor.h"
+#include "builder/plan/build_plan.h"
+#include "builder/onnx/onnx_importer.h"
+#include "builder/onnx/onnx_tensor.h"
 #include "profiles/latency_stats.h"
 #include "profiles/layer_profile.h"
-#include "profiles/tactic_selection.h"
-#include "runtime/cpu_isa.h"
+#include "builder/tactics/tactic_selection.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
@@ -49,8 +48,8 @@ constexpr const char* kUsage =
     "  --profile-layers: one separate run with per-layer timing, written as a Chrome trace (Perfetto)\n"
     "  --no-tactics: an ONNX model runs every op's highest-priority kernel instead of the fastest timed one\n"
     "  --stream: the engine's streaming session over DIR/<step>/NAME.npy folders in name order (the first is the cold start)\n"
-    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_bf16|avx512_core_amx caps kiln's kernels (and oneDNN's,\n"
-    "  unless DNNL_MAX_CPU_ISA is set) to the instruction sets of a smaller CPU\n";
+    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_vnni|avx512_core_bf16|avx512_core_amx caps kiln's kernels\n"
+    "  (and oneDNN's unless DNNL_MAX_CPU_ISA is set, which alone caps both) to the instruction sets of a smaller CPU\n";
 
 struct Args {
   std::string model;
@@ -216,7 +215,6 @@ Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs)
 }
 
 Status run(const Args& args) {
-  KILN_RETURN_IF_ERROR(check_max_cpu_isa_env());
   if (args.inspect) return inspect(args.model);
   if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir);
   std::map<std::string, Tensor> inputs;

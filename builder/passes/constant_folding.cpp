@@ -77,12 +77,7 @@ Status constant_folding(Graph& g, PassContext& ctx) {
       views.push_back(i >= 0 ? g.values[i].constant.view() : TensorView{});
     }
     if (!all_const) continue;
-    KernelArgs args;
-    args.op_type = n.op_type;
-    args.node_name = n.name;
-    args.opset = g.opset;
-    args.num_inputs = static_cast<int>(n.inputs.size());
-    args.num_outputs = static_cast<int>(n.outputs.size());
+    const KernelArgs args = KernelArgs::of(n, g.opset);
     auto kernel = KernelRegistry::builtin().create(args, n.attrs);
     if (!kernel.ok()) continue;  // unsupported ops are reported when the plan is built
     std::vector<TensorDesc> descs(n.outputs.size());

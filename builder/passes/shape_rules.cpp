@@ -8,7 +8,7 @@
 
 #include "builder/passes/pass.h"
 #include "builder/passes/sym_linear.h"
-#include "plugins/plugin_registry.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
@@ -663,12 +663,7 @@ Status kernel_rule(Graph& g, Node& n) {
       views.push_back(TensorView{nullptr, val.dtype, shape});
     }
   }
-  KernelArgs args;
-  args.op_type = n.op_type;
-  args.node_name = n.name;
-  args.opset = g.opset;
-  args.num_inputs = static_cast<int>(n.inputs.size());
-  args.num_outputs = static_cast<int>(n.outputs.size());
+  const KernelArgs args = KernelArgs::of(n, g.opset);
   auto kernel = KernelRegistry::builtin().create(args, n.attrs);
   if (!kernel.ok()) return Status::Ok();  // unsupported ops are reported when the plan is built
   std::vector<TensorDesc> descs(n.outputs.size());

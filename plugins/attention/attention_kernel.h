@@ -7,6 +7,7 @@
 #include <span>
 
 #include "plugins/attention/attention_common.h"
+#include "runtime/cpu_features.h"
 
 namespace kiln::attention {
 
@@ -22,6 +23,9 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
 
 // Lets tests exercise the AVX2 tile code on an AVX-512 machine. Returns whether AVX-512 is now used.
 bool allow_avx512(bool allowed);
+// For tests: caps the instruction sets this kernel uses below what KILN_MAX_CPU_ISA allows (an AMX
+// machine then runs the AVX512_BF16 path); returns the previous cap, to restore it.
+CpuIsa cap_isa_for_testing(CpuIsa isa);
 // Whether precision bf16 runs in bf16 here (AMX-BF16 or AVX512_BF16, under KILN_MAX_CPU_ISA);
 // otherwise it runs the f32 path. bf16_path() names the path: "amx", "avx512_bf16" or "none".
 bool bf16_supported();

@@ -33,6 +33,8 @@ struct Scratch {
   float* alpha;  // [kTq]       rescale factor of the current key tile
   float* zero;   // [Dhp]       zeros: the K/V row of padding keys
   void* ppack;   // bf16 only: P as key pairs, [kTq, kTk / 2, 2]
+  void* ktile;   // bf16 only: one key tile's K and V packed as pack_head packs a head
+  void* vtile;   //   (bf16_head_bytes(kTk, Dh) each), where heads are not packed whole
 };
 size_t scratch_bytes(int64_t Dh);
 Scratch carve_scratch(void* base, int64_t Dh);
@@ -80,6 +82,10 @@ struct TileOps {
   // When not null: converts a (batch, head)'s Sk K and V rows once, before its query tiles, into
   // bf16_head_bytes(Sk, Dh) bytes each at kdst and vdst (KeyTile::kpacked and vpacked).
   void (*pack_head)(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
+  // Whether pack_head may also pack a single key tile (its rows from key k0 on, KeyTile::k0 = 0
+  // then): a head with few query tiles converts each key tile once, as it reaches it, into
+  // Scratch::ktile / vtile instead of the whole head up front.
+  bool packs_key_tiles;
   // When not null: up to kFewRows query rows with the keys on the vector lanes instead, for a
   // tile's last nq % query_pad rows (and decoding's single row), which the lanes would pad to a
   // whole vector: an incremental step's 274 queries are 17 vectors and 2 rows.

@@ -586,10 +586,10 @@ void pack_head_bf16(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh
 void softmax_tile_avx512(const Scratch& sc, int64_t nk, int64_t nqp) { softmax(sc, nk, nqp); }
 
 TileOps avx512_tile_ops() {
-  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr, pack_few_f32, few_score_f32, few_update_f32};
+  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr, false, pack_few_f32, few_score_f32, few_update_f32};
 }
 TileOps amx_bf16_tile_ops() {
-  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_bf16, nullptr, nullptr, nullptr};
+  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_bf16, false, nullptr, nullptr, nullptr};
 }
 
 }  // namespace kiln::attention

@@ -166,6 +166,7 @@ TileOps avx512_bf16_tile_ops() {
   ops.update = update_dpbf16;
   ops.finish = nullptr;
   ops.pack_head = pack_head_bf16;
+  ops.packs_key_tiles = true;
   return ops;
 }
 

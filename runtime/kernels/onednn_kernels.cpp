@@ -4,23 +4,25 @@
 #include <cstdlib>
 
 #include "runtime/kernels/families.h"
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu_features.h"
 #include "runtime/engine_format.h"
 #include "runtime/kernels/onednn_common.h"
 #include "runtime/kernels/packed_weights.h"
+#include "runtime/thread_scratch.h"
 
 namespace kiln {
 
 namespace {
-// KILN_MAX_CPU_ISA caps oneDNN too unless DNNL_MAX_CPU_ISA says otherwise; oneDNN takes the cap
-// only before its first primitive, which the engine below precedes.
+// KILN_MAX_CPU_ISA caps oneDNN too unless DNNL_MAX_CPU_ISA says otherwise (runtime/cpu_features.h);
+// oneDNN takes a cap only before its first primitive, which the engine below precedes.
 void cap_onednn_isa() {
   const char* kiln_cap = std::getenv("KILN_MAX_CPU_ISA");
   const char* dnnl_cap = std::getenv("DNNL_MAX_CPU_ISA");
   if (!kiln_cap || !*kiln_cap || (dnnl_cap && *dnnl_cap)) return;
-  static const dnnl::cpu_isa kIsa[] = {dnnl::cpu_isa::avx2, dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_bf16,
-                                       dnnl::cpu_isa::avx512_core_amx};
-  if (check_max_cpu_isa_env().ok()) (void)dnnl_set_max_cpu_isa(static_cast<dnnl_cpu_isa_t>(kIsa[static_cast<int>(max_cpu_isa())]));
+  static const dnnl::cpu_isa kIsa[] = {dnnl::cpu_isa::avx2, dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_vnni,
+                                       dnnl::cpu_isa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_amx};
+  const int cap = static_cast<int>(cpu_info().cap);
+  if (cap < static_cast<int>(CpuIsa::kAll)) (void)dnnl_set_max_cpu_isa(static_cast<dnnl_cpu_isa_t>(kIsa[cap]));
 }
 }  // namespace
 
@@ -32,18 +34,7 @@ const dnnl::engine& onednn_engine() {
   return engine;
 }
 
-void* onednn_thread_scratchpad(size_t bytes) {
-  thread_local std::shared_ptr<void> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buffer.reset();  // free first: the old and the new buffer need not both exist
-    capacity = 0;
-    buffer = aligned_alloc_shared(bytes);
-    if (!buffer) return nullptr;
-    capacity = bytes;
-  }
-  return buffer.get();
-}
+void* onednn_thread_scratchpad(size_t bytes) { return thread_scratch(ScratchSlot::kOnednnScratchpad, bytes); }
 
 void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) {
   prim_ = std::move(prim);

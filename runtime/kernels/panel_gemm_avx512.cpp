@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/cpu_isa.h"
+#include "runtime/cpu_features.h"
 #include "runtime/kernels/panel_gemm.h"
 
 namespace kiln::panel_gemm {
@@ -27,7 +27,7 @@ void pack(const float* w, int64_t K, int64_t N, float* packed) {
   }
 }
 
-bool supported() { return __builtin_cpu_supports("avx512f") && cpu_isa_allowed(CpuIsa::kAvx512Core); }
+bool supported() { return cpu_info().avx512; }
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq")

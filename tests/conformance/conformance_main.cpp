@@ -19,9 +19,9 @@
 #include <set>
 #include <sstream>
 
-#include "builder/build_plan.h"
-#include "builder/onnx_importer.h"
-#include "builder/onnx_tensor.h"
+#include "builder/plan/build_plan.h"
+#include "builder/onnx/onnx_importer.h"
+#include "builder/onnx/onnx_tensor.h"
 #include "runtime/execution_context.h"
 
 namespace fs = std::filesystem;

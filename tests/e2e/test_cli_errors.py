@@ -4,7 +4,6 @@ stderr that names the problem, and never crash (no signal, no 'internal error').
 
   test_cli_errors.py --engine-run PATH --engine-build PATH --workdir DIR"""
 import argparse
-import os
 import pathlib
 import subprocess
 import sys
@@ -65,14 +64,10 @@ def main():
         ("streaming unknown output", [eb, str(work / "stream_bad_output.yaml"), "--no-bench"], ["streaming.state", "'kv'"]),
         ("streaming unknown profile", [eb, str(work / "stream_bad_profile.yaml"), "--no-bench"], ["'q'"]),
         ("bad --set", [eb, str(work / "ok.yaml"), "--set", "benchmark.iterations=zero", "--no-bench"], ["benchmark.iterations"]),
-        ("bad KILN_MAX_CPU_ISA (build)", [eb, str(work / "ok.yaml"), "--no-bench"], ["KILN_MAX_CPU_ISA='avx9'", "avx512_core_bf16"],
-         {"KILN_MAX_CPU_ISA": "avx9"}),
-        ("bad KILN_MAX_CPU_ISA (run)", [er, str(model), "--input", f"x={good}", "--output-dir", out], ["KILN_MAX_CPU_ISA='avx9'"],
-         {"KILN_MAX_CPU_ISA": "avx9"}),
     ]
     passed = failed = 0
-    for name, cmd, needles, *env in cases:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env[0]} if env else None)
+    for name, cmd, needles in cases:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("usage:") and not l.startswith("  ") and not l.startswith("[engine-build]")]
         problems = []
         if r.returncode <= 0:
