@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -211,7 +212,15 @@ Status run(const Args& args) {
 
   progress("loading " + built.engine_path + " back through the runtime loader");
   KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path));
-  KILN_ASSIGN_OR_RETURN(auto checks, check_engine(*engine, built, cfg, args.bench, progress));
+  auto checked = check_engine(*engine, built, cfg, args.bench, progress);
+  if (!checked.ok()) {
+    // An engine that failed its checks (int8 beyond calibration.tolerance) is not left behind.
+    engine.reset();
+    std::error_code ec;
+    std::filesystem::remove(built.engine_path, ec);
+    return checked.status();
+  }
+  auto checks = std::move(checked).value();
   for (const auto& c : checks) {
     std::string pts;
     for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
