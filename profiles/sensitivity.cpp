@@ -60,8 +60,10 @@ StatusOr<SensitivityResult> rank_int8_sensitivity(const Plan& int8_plan, const P
   r.batches = std::max(1, cfg.calibration.holdout);
   // The fp32 plan on held-out batches (after the calibration batches and the error report's).
   Reference ref;
+  // Both whole plans stay loaded: their packed weights (fp32 and int8) are then shared by every
+  // variant instead of packed again for each.
+  KILN_ASSIGN_OR_RETURN(auto fp32, ExecutionContext::create(std::make_shared<Plan>(fp32_plan)));
   {
-    KILN_ASSIGN_OR_RETURN(auto fp32, ExecutionContext::create(std::make_shared<Plan>(fp32_plan)));
     for (int b = 0; b < r.batches; ++b) {
       KILN_ASSIGN_OR_RETURN(auto inputs, batch_inputs(fp32_plan, shapes, cfg, cfg.calibration.batches + cfg.calibration.holdout + 1 + b));
       for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(fp32->set_input(name, t.view()));
@@ -77,8 +79,6 @@ StatusOr<SensitivityResult> rank_int8_sensitivity(const Plan& int8_plan, const P
       ref.outputs.push_back(std::move(outs));
     }
   }
-  // The whole int8 plan stays loaded: its packed int8 weights are then shared by every variant
-  // instead of quantized again for each.
   KILN_ASSIGN_OR_RETURN(auto int8_ctx, ExecutionContext::create(std::make_shared<Plan>(int8_plan)));
   KILN_ASSIGN_OR_RETURN(r.all_int8, relative_error(*int8_ctx, ref));
   std::vector<size_t> quantized;
