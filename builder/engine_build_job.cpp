@@ -125,6 +125,7 @@ std::set<std::string> lower_to_bf16(Plan& plan, bool* plugins_changed) {
       }
       continue;
     }
+    if (step.impl == "onednn_int8") continue;  // quantized by the model itself (QDQ)
     bool has_bf16 = false;
     for (const KernelEntry* e : reg.implementations(step.op_type)) has_bf16 |= e->impl == "onednn_bf16";
     if (has_bf16) step.impl = "onednn_bf16";

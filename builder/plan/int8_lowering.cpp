@@ -12,6 +12,7 @@ constexpr int64_t kMinInt8Reduction = 16;
 
 bool is_candidate(const Plan& plan, const PlanStep& step) {
   if (!step.domain.empty() || step.op_type != "FusedMatMul" || step.inputs.size() < 2 || step.inputs[1] < 0) return false;
+  if (step.attrs.count("a_scale")) return false;  // quantized by the model itself (QDQ)
   const PlanValue& w = plan.values[step.inputs[1]];
   if (w.constant < 0) return false;
   const Tensor& t = plan.constants[w.constant];
@@ -41,6 +42,10 @@ void set_bf16(PlanStep& step, const PlanStep& fp32) {
 }
 
 }  // namespace
+
+std::string explicit_int8_impl(const PlanStep& step) {
+  return step.domain.empty() && step.op_type == "FusedMatMul" && step.attrs.count("a_scale") ? "onednn_int8" : step.impl;
+}
 
 std::vector<std::string> int8_candidate_steps(const Plan& plan) {
   std::vector<std::string> out;

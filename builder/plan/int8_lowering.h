@@ -32,6 +32,10 @@ struct Int8Lowering {
 Int8Lowering lower_to_int8(Plan& plan, const Plan& fp32_plan, const std::map<std::string, float>& a_scales,
                            const std::vector<PrecisionOverride>& overrides, bool bf16);
 
+// The kernel a step's own quantization asks for: "onednn_int8" for a FusedMatMul that carries
+// a_scale (from a QDQ model, builder/passes/qdq_matmul_fusion.cpp), else the step's impl.
+std::string explicit_int8_impl(const PlanStep& step);
+
 // The first override whose glob matches the step's name or one of the nodes it replaced, or null.
 const PrecisionOverride* find_precision_override(const PlanStep& step, const std::vector<PrecisionOverride>& overrides);
 

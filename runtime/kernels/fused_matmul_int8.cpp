@@ -1,5 +1,5 @@
-// FusedMatMul in int8 (impl "onednn_int8", engines built with precision: int8; the step's
-// attribute `a_scale` comes from calibration, builder/int8_lowering.cpp):
+// FusedMatMul in int8 (impl "onednn_int8"; the step's attribute `a_scale` comes from calibration,
+// builder/plan/int8_lowering.cpp, or with `w_scale` from a QDQ model, qdq_matmul_fusion.cpp):
 //   Y = act(dequant(q(A) x q(W)) + bias) + residual
 // A is quantized per run, per tensor and symmetrically: q(A) = saturate(round(A / a_scale)) as s8
 // (a oneDNN reorder); W once, per output column n: w_scale[n] = max_k |W[k, n]| / 127,
@@ -33,8 +33,8 @@ std::vector<float> column_scales(const float* w, int64_t K, int64_t N) {
 
 class OnednnInt8FusedMatMul final : public OnednnKernel {
  public:
-  OnednnInt8FusedMatMul(std::unique_ptr<Kernel> ref, std::string act, float a_scale)
-      : OnednnKernel(std::move(ref)), act_(std::move(act)), a_scale_(a_scale) {}
+  OnednnInt8FusedMatMul(std::unique_ptr<Kernel> ref, std::string act, float a_scale, std::vector<float> w_scale)
+      : OnednnKernel(std::move(ref)), act_(std::move(act)), a_scale_(a_scale), w_scale_attr_(std::move(w_scale)) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : "onednn_int8"; }
 
  protected:
@@ -52,7 +52,13 @@ class OnednnInt8FusedMatMul final : public OnednnKernel {
     const memory::desc w_q_plain({K, N}, s8, tag::ab), w_any({K, N}, s8, tag::any);
     const memory::desc y_md({M, N}, f32, tag::ab);
     const float* w = in[1].as<const float>();
-    const std::vector<float> w_scale = column_scales(w, K, N);
+    // The model's own weight scales (a QDQ model: W = W_q * w_scale, so W / w_scale gives W_q back
+    // exactly), else per-column symmetric ones.
+    std::vector<float> w_scale = column_scales(w, K, N);
+    if (!w_scale_attr_.empty()) {
+      if (w_scale_attr_.size() != 1 && static_cast<int64_t>(w_scale_attr_.size()) != N) return false;
+      for (int64_t n = 0; n < N; ++n) w_scale[n] = w_scale_attr_.size() == 1 ? w_scale_attr_[0] : w_scale_attr_[n];
+    }
     std::vector<float> out_scale(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) out_scale[n] = a_scale_ * w_scale[n];
 
@@ -73,13 +79,15 @@ class OnednnInt8FusedMatMul final : public OnednnKernel {
 
     // q(W) in oneDNN's layout, computed once per engine (the layout string names the quantization).
     std::string layout("int8_per_column:");
+    layout.append(reinterpret_cast<const char*>(w_scale.data()), w_scale.size() * sizeof(float));
     layout.append(reinterpret_cast<const char*>(&packed_md.data), sizeof(packed_md.data));
     KILN_ASSIGN_OR_RETURN(packed_, shared_packed_weights(w, sizeof(float) * static_cast<size_t>(K * N), layout, packed_md.get_size(),
                                                          [&](void* dst) -> Status {
                                                            std::vector<int8_t> q(static_cast<size_t>(K * N));
                                                            for (int64_t k = 0; k < K; ++k)
                                                              for (int64_t n = 0; n < N; ++n)
-                                                               q[k * N + n] = static_cast<int8_t>(std::lrintf(w[k * N + n] / w_scale[n]));
+                                                               q[k * N + n] = static_cast<int8_t>(
+                                                                   std::clamp(std::lrintf(w[k * N + n] / w_scale[n]), -128L, 127L));
                                                            try {
                                                              dnnl::stream s(onednn_engine());
                                                              dnnl::memory from(w_q_plain, onednn_engine(), q.data());
@@ -126,6 +134,7 @@ class OnednnInt8FusedMatMul final : public OnednnKernel {
  private:
   std::string act_;
   float a_scale_;
+  std::vector<float> w_scale_attr_;
   bool has_bias_ = false, has_res_ = false;
   std::shared_ptr<void> packed_, a_buffer_;
   OnednnExec quantize_, exec_;
@@ -142,8 +151,11 @@ void register_fused_matmul_int8_kernels(KernelRegistry& r) {
            if (!(a_scale > 0) || !std::isfinite(a_scale))
              return InvalidArgument("attribute 'a_scale' must be a positive finite float (the calibrated activation scale), got " +
                                     std::to_string(a_scale));
+           KILN_ASSIGN_OR_RETURN(std::vector<float> w_scale, attrs.get_floats("w_scale"));
+           for (float w : w_scale)
+             if (!(w > 0) || !std::isfinite(w)) return InvalidArgument("attribute 'w_scale' must hold positive finite floats");
            KILN_ASSIGN_OR_RETURN(auto ref, make_fused_matmul_reference(args, attrs));
-           return std::unique_ptr<Kernel>(std::make_unique<OnednnInt8FusedMatMul>(std::move(ref), act, a_scale));
+           return std::unique_ptr<Kernel>(std::make_unique<OnednnInt8FusedMatMul>(std::move(ref), act, a_scale, std::move(w_scale)));
          }});
 }
 

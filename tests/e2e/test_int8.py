@@ -8,7 +8,10 @@ one outlier feature (x100), so per-tensor int8 loses that layer's small features
      and leaves no engine file behind;
   4. --sensitivity ranks the outlier layer first, writes <engine>.sensitivity.json, and keeping
      it in fp32 with precision_overrides reduces the error the report measures;
-  5. engine-run runs the int8 engine and --inspect shows its kernels as onednn_int8.
+  5. engine-run runs the int8 engine and --inspect shows its kernels as onednn_int8;
+  6. a QDQ model (QuantizeLinear/DequantizeLinear around activations, int8 weights per channel)
+     builds without calibration, runs its matmuls on onednn_int8, and matches the model's own
+     semantics (numpy) and the same model with qdq_matmul_fusion off (reference QDQ kernels).
 
   test_int8.py --engine-build PATH --engine-run PATH --workdir DIR
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
@@ -16,6 +19,7 @@ The last line is `N passed, N failed`; the exit status is non-zero if anything f
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -44,6 +48,45 @@ def make_model(path):
     ]
     graph = helper.make_graph(nodes, "mlp", [x], [y], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def make_qdq_model(path):
+    """x -> Q/DQ(s_x) -> MatMul(DQ(W1_q, per-column s_1)) + b1 -> Relu -> Q/DQ(s_h) -> Gemm(DQ(W2_q), transB) -> y."""
+    rng = np.random.default_rng(5)
+    w1 = (rng.standard_normal((64, 48)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((16, 48)) * 0.2).astype(np.float32)  # Gemm transB: [N, K]
+    s1 = (np.abs(w1).max(axis=0) / 127).astype(np.float32)
+    s2 = (np.abs(w2).max(axis=1) / 100).astype(np.float32)  # max |q| = 100: the kernel must use the model's scales
+    w1q = np.clip(np.rint(w1 / s1), -127, 127).astype(np.int8)
+    w2q = np.clip(np.rint(w2 / s2[:, None]), -127, 127).astype(np.int8)
+    b1 = (rng.standard_normal(48) * 0.1).astype(np.float32)
+    sx, sh = np.float32(1.0 / 127), np.float32(0.02)
+    inits = [numpy_helper.from_array(a, n) for a, n in [(w1q, "w1q"), (s1, "s1"), (np.zeros(48, np.int8), "z1"), (w2q, "w2q"),
+                                                        (s2, "s2"), (b1, "b1"), (np.array(sx, np.float32), "sx"),
+                                                        (np.array(0, np.int8), "zx"), (np.array(sh, np.float32), "sh"),
+                                                        (np.array(128, np.uint8), "zh")]]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xdq"], name="dqx"),
+        helper.make_node("DequantizeLinear", ["w1q", "s1", "z1"], ["w1dq"], name="dqw1", axis=1),
+        helper.make_node("MatMul", ["xdq", "w1dq"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["hr"], name="relu"),
+        helper.make_node("QuantizeLinear", ["hr", "sh", "zh"], ["hq"], name="qh"),
+        helper.make_node("DequantizeLinear", ["hq", "sh", "zh"], ["hdq"], name="dqh"),
+        helper.make_node("DequantizeLinear", ["w2q", "s2"], ["w2dq"], name="dqw2", axis=0),
+        helper.make_node("Gemm", ["hdq", "w2dq"], ["y"], name="fc2", transB=1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])
+    onnx.save(helper.make_model(helper.make_graph(nodes, "qdq", [x], [y], inits), opset_imports=[helper.make_opsetid("", 13)]), path)
+
+    def reference(xv):
+        xd = np.clip(np.rint(xv / sx), -128, 127).astype(np.float32) * sx
+        h = np.maximum(xd @ (w1q.astype(np.float32) * s1) + b1, 0)
+        hd = (np.clip(np.rint(h / sh) + 128, 0, 255) - 128).astype(np.float32) * sh
+        return hd @ (w2q.astype(np.float32) * s2[:, None]).T
+    return reference
 
 
 def config(work, name, tolerance=0.5, overrides=""):
@@ -93,9 +136,9 @@ def main():
     ap.add_argument("--workdir", required=True)
     a = ap.parse_args()
     work = pathlib.Path(a.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    for f in work.glob("*"):
-        f.unlink()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     make_model(str(work / "mlp.onnx"))
     res = Results()
 
@@ -171,6 +214,33 @@ def main():
     if i.stdout.count("onednn_int8") != 3 or "precision int8" not in i.stdout:
         problems.append(f"inspect shows {i.stdout.count('onednn_int8')} int8 kernels")
     res.record("engine-run and --inspect", problems)
+
+    # 6. The QDQ model: int8 kernels with the model's scales, no calibration.
+    reference = make_qdq_model(str(work / "qdq.onnx"))
+    xv = np.random.default_rng(2).uniform(-1.2, 1.2, (9, 64)).astype(np.float32)
+    np.save(work / "xq.npy", xv)
+    want = reference(xv)
+    problems = []
+    outs = {}
+    for label, extra in (("fused", []), ("reference", ["--disable-pass", "qdq_matmul_fusion"])):
+        r = subprocess.run([a.engine_run, str(work / "qdq.onnx"), "--input", f"x={work / 'xq.npy'}", "--output-dir", str(work / label), *extra],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            problems.append(f"engine-run {label}: {r.stderr.strip()[-400:]}")
+        else:
+            outs[label] = np.load(work / label / "y.npy")
+    for label, got in outs.items():
+        err = np.abs(got - want).max()
+        if not err < 1e-4 * max(1.0, np.abs(want).max()):
+            problems.append(f"{label}: max |kiln - numpy QDQ| {err}")
+    (work / "qdq.yaml").write_text("model: qdq.onnx\noutput: qdq.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 9, max: 16}}\n")
+    r = subprocess.run([a.engine_build, str(work / "qdq.yaml"), "--no-bench"], capture_output=True, text=True, timeout=300)
+    i = subprocess.run([a.engine_run, "--inspect", str(work / "qdq.engine")], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0 or "calibration" in r.stderr:
+        problems.append(f"engine-build qdq: {r.stderr.strip()[-400:]}")
+    elif i.stdout.count("onednn_int8") != 2:
+        problems.append(f"inspect shows {i.stdout.count('onednn_int8')} int8 kernels, want 2")
+    res.record("QDQ model on the int8 kernels", problems)
 
     print(f"{res.passed} passed, {len(res.failed)} failed")
     return 1 if res.failed else 0
