@@ -236,7 +236,7 @@ def main():
     (work / "qdq.yaml").write_text("model: qdq.onnx\noutput: qdq.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 9, max: 16}}\n")
     r = subprocess.run([a.engine_build, str(work / "qdq.yaml"), "--no-bench"], capture_output=True, text=True, timeout=300)
     i = subprocess.run([a.engine_run, "--inspect", str(work / "qdq.engine")], capture_output=True, text=True, timeout=120)
-    if r.returncode != 0 or "calibration" in r.stderr:
+    if r.returncode != 0 or "calibration:" in r.stderr:
         problems.append(f"engine-build qdq: {r.stderr.strip()[-400:]}")
     elif i.stdout.count("onednn_int8") != 2:
         problems.append(f"inspect shows {i.stdout.count('onednn_int8')} int8 kernels, want 2")
