@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/plugin_host/plugin_kernel.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
+#include "runtime/log.h"
 
 namespace kiln {
 
@@ -59,7 +62,8 @@ StatusOr<Shape> checked_shape(const google::protobuf::RepeatedField<int64_t>& di
 }  // namespace
 
 // Validates and decodes a whole engine image (file mmap or memory copy) into `out`.
-Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out) {
+Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name,
+                         const std::vector<std::string>& plugin_dirs, Engine& out) {
   const char* base = static_cast<const char*>(image.get());
   if (size < kEngineHeaderBytes) return fail(name, "file is " + std::to_string(size) + " bytes, smaller than the 128-byte header (truncated or not an engine)");
   EngineHeader h;
@@ -87,8 +91,13 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
 
   // Plugin libraries first: the plans' plugin steps must find their creators.
   for (const auto& lib : meta.plugin_libraries()) {
-    Status st = PluginRegistry::global().load_library(lib.path());
-    if (!st.ok()) return Status(st.code(), "engine '" + name + "' needs a plugin library it cannot load: " + st.message());
+    PluginLibraryInfo info{lib.name(), lib.version(), lib.file_name(), lib.path(), {lib.plugins().begin(), lib.plugins().end()}};
+    if (info.name.empty())
+      return Status(StatusCode::kUnimplemented, "engine '" + name + "' (format " + std::to_string(h.format_version) +
+                    ") records its plugin library '" + lib.path() + "' by path only; rebuild the engine with this kiln");
+    Status st = PluginRegistry::global().require_library(info, plugin_dirs);
+    if (!st.ok()) return Status(st.code(), "engine '" + name + "': " + st.message());
+    out.info_.plugin_libraries.push_back(std::move(info));
   }
 
   // Weights: bounds, alignment and sizes, then borrowed views into the image (no copy).
@@ -213,7 +222,9 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
   out.info_.file_bytes = size;
   out.info_.weight_bytes = weight_bytes;
   out.info_.weight_count = weights.size();
-  for (const auto& lib : meta.plugin_libraries()) out.info_.plugin_libraries.push_back(lib.path());
+  out.info_.tactic_threads = meta.tactic_threads();
+  for (const auto& g : meta.input_generators())
+    out.info_.input_generators[g.input()] = InputGenerator{g.kind(), g.low(), g.high(), g.block(), g.seed()};
   if (meta.has_streaming()) {
     const auto& st = meta.streaming();
     StreamingSpec& spec = out.info_.streaming;
@@ -226,10 +237,32 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
     spec.mask_input = st.mask_input();
     spec.mask_block = st.mask_block();
   }
+  if (log_enabled(LogLevel::kDebug))
+    log_debug("loaded engine '" + name + "': format " + std::to_string(h.format_version) + ", " + std::to_string(out.profiles_.size()) +
+              " profiles, " + std::to_string(weights.size()) + " weights (" + std::to_string(weight_bytes) + " bytes), " +
+              std::to_string(meta.plugin_libraries_size()) + " plugin libraries");
   return Status::Ok();
 }
 
-StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path) {
+std::vector<std::string> plugin_search_dirs(const LoadOptions& options, const std::string& engine_dir) {
+  std::vector<std::string> dirs = options.plugin_search_path;
+  if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
+    std::string item;
+    for (const char* c = env;; ++c) {
+      if (*c == ':' || *c == '\0') {
+        if (!item.empty()) dirs.push_back(item);
+        item.clear();
+        if (!*c) break;
+      } else {
+        item += *c;
+      }
+    }
+  }
+  if (!engine_dir.empty()) dirs.push_back(engine_dir);
+  return dirs;
+}
+
+StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path, const LoadOptions& options) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot open engine '" + path + "': " + std::strerror(errno));
   struct stat st {};
@@ -247,17 +280,19 @@ StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path) {
   if (p == MAP_FAILED) return IoError("cannot mmap engine '" + path + "': " + std::strerror(errno));
   std::shared_ptr<const void> image(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, *engine));
+  std::error_code ec;
+  std::string dir = std::filesystem::absolute(path, ec).parent_path().string();
+  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, plugin_search_dirs(options, ec ? std::string() : dir), *engine));
   return engine;
 }
 
-StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t size, const std::string& name) {
+StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t size, const std::string& name, const LoadOptions& options) {
   // Copied once into 64-byte aligned storage: the weights blob's alignment is relative to the image start.
   auto copy = aligned_alloc_shared(size);
   if (!copy) return Internal("out of memory loading engine '" + name + "'");
   if (size) std::memcpy(copy.get(), data, size);
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, *engine));
+  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, plugin_search_dirs(options, {}), *engine));
   return engine;
 }
 

@@ -7,44 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "kiln/engine_info.h"
 #include "runtime/execution_context.h"
 #include "runtime/plan.h"
-#include "runtime/streaming_spec.h"
 
 namespace kiln {
 
-struct BindingInfo {
-  std::string name;
-  DType dtype = DType::kUndefined;
-  Shape min, opt, max;         // inputs only; outputs have no range
-  std::vector<std::string> dim_names;
-};
-
-struct ProfileInfo {
-  std::string name;
-  std::vector<BindingInfo> inputs;
-  std::vector<BindingInfo> outputs;
-};
-
-struct EngineInfo {
-  uint32_t format_version = 0;
-  std::string producer;
-  std::string source_model;
-  std::string precision;
-  uint64_t required_cpu_features = 0;
-  uint64_t file_bytes = 0;
-  uint64_t weight_bytes = 0;
-  size_t weight_count = 0;
-  std::vector<std::string> plugin_libraries;
-  bool has_streaming = false;     // engine-build's `streaming` section, for StreamingSession
-  StreamingSpec streaming;
-};
-
 class Engine {
  public:
-  // `name` names the engine in errors (the path for files).
-  static StatusOr<std::shared_ptr<Engine>> load_file(const std::string& path);
-  static StatusOr<std::shared_ptr<Engine>> load_memory(const void* data, size_t size, const std::string& name = "<memory>");
+  // `name` names the engine in errors (the path for files). Plugin libraries the engine needs are
+  // found on the search path of `options` (see LoadOptions).
+  static StatusOr<std::shared_ptr<Engine>> load_file(const std::string& path, const LoadOptions& options = {});
+  static StatusOr<std::shared_ptr<Engine>> load_memory(const void* data, size_t size, const std::string& name = "<memory>",
+                                                       const LoadOptions& options = {});
 
   const EngineInfo& info() const { return info_; }
   const std::vector<ProfileInfo>& profiles() const { return profiles_; }
@@ -56,10 +31,15 @@ class Engine {
   StatusOr<std::unique_ptr<ExecutionContext>> create_context(const std::string& profile, bool prepare = false) const;
 
  private:
-  friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out);
+  friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name,
+                                  const std::vector<std::string>& plugin_dirs, Engine& out);
   EngineInfo info_;
   std::vector<ProfileInfo> profiles_;
   std::vector<std::shared_ptr<const Plan>> plans_;
 };
+
+// The folders searched for an engine's plugin libraries: `options`, then KILN_PLUGIN_PATH, then
+// `engine_dir` (empty for engines loaded from memory).
+std::vector<std::string> plugin_search_dirs(const LoadOptions& options, const std::string& engine_dir);
 
 }  // namespace kiln

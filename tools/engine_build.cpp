@@ -1,67 +1,25 @@
-// engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile.
-//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]
-#include <omp.h>
-
-#include <chrono>
+// engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile
+// (profiles/engine_build_flow.h does the work; this prints its tables). `engine-build --help`.
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 
-#include "builder/build_config.h"
-#include "builder/engine_build_job.h"
-#include "profiles/engine_check.h"
-#include "profiles/matmul_peak.h"
-#include "profiles/streaming_check.h"
-#include "builder/tactics/tactic_selection.h"
-#include "runtime/engine.h"
+#include "profiles/engine_build_flow.h"
+#include "runtime/log.h"
+#include "tools/cli_common.h"
 #include "tools/omp_wait_policy.h"
 
 namespace kiln {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n";
-
 struct Args {
   std::string config, output, report;
-  bool bench = true;
-  std::vector<std::pair<std::string, std::string>> overrides;
+  bool no_bench = false;
+  std::vector<std::string> overrides;   // KEY=VALUE
+  LogOptions log;
 };
 
-StatusOr<Args> parse_args(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto value = [&]() -> StatusOr<std::string> {
-      if (i + 1 >= argc) return InvalidArgument(s + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (s == "--output") { KILN_ASSIGN_OR_RETURN(a.output, value()); }
-    else if (s == "--report") { KILN_ASSIGN_OR_RETURN(a.report, value()); }
-    else if (s == "--no-bench") a.bench = false;
-    else if (s == "--set") {
-      KILN_ASSIGN_OR_RETURN(std::string kv, value());
-      const size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) return InvalidArgument("--set expects KEY=VALUE, got '" + kv + "'");
-      a.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-    } else if (s == "-h" || s == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (!s.empty() && s[0] == '-') {
-      return InvalidArgument("unknown option '" + s + "'");
-    } else if (a.config.empty()) {
-      a.config = s;
-    } else {
-      return InvalidArgument("unexpected argument '" + s + "'");
-    }
-  }
-  if (a.config.empty()) return InvalidArgument("no config given");
-  return a;
-}
-
 void progress(const std::string& line) {
-  std::fprintf(stderr, "[engine-build] %s\n", line.c_str());
-  std::fflush(stderr);
+  // Builder lines that warn carry "warning:" somewhere ("[profile 'p'] warning: ...").
+  log_message(line.find("warning: ") != std::string::npos ? LogLevel::kWarn : LogLevel::kInfo, line);
 }
 
 // Per profile: the compute rate against the machine's matmul peak and the slowest layers.
@@ -132,53 +90,24 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
 }
 
 Status run(const Args& args) {
-  const auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(BuildConfig cfg, load_build_config(args.config, args.overrides));
-  if (!args.output.empty()) cfg.output = args.output;
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  TimingCache cache;
-  if (!cfg.timing_cache.empty()) {
-    KILN_ASSIGN_OR_RETURN(cache, TimingCache::load(cfg.timing_cache));
-    progress("timing cache " + cfg.timing_cache + ": " + std::to_string(cache.size()) + " entries");
+  EngineBuildRequest request;
+  request.config_path = args.config;
+  request.output = args.output;
+  request.report_path = args.report;
+  request.benchmark = !args.no_bench;
+  for (const auto& kv : args.overrides) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return InvalidArgument("--set expects KEY=VALUE, got '" + kv + "'");
+    request.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
-  TacticLog tactics;
-  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{}));
-  if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
-  const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  progress("loading " + built.engine_path + " back through the runtime loader");
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path));
-  KILN_ASSIGN_OR_RETURN(auto checks, check_engine(*engine, built, cfg, args.bench, progress));
-  for (const auto& c : checks) {
-    std::string pts;
-    for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
-    progress("profile '" + c.profile + "': loaded engine matches the built plan at " + pts + " shapes");
+  KILN_ASSIGN_OR_RETURN(EngineBuildOutcome out, run_engine_build(request, progress));
+  if (request.benchmark) {
+    print_table(out.checks);
+    print_layer_summary(out.checks, out.peak_gflops);
+    if (out.streaming) print_streaming(*out.streaming, out.checks);
   }
-  double peak_gflops = 0;
-  if (args.bench) {
-    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 20)");
-    KILN_ASSIGN_OR_RETURN(MatmulPeak peak, measure_matmul_peak());
-    peak_gflops = peak.gflops;
-    print_table(checks);
-    print_layer_summary(checks, peak_gflops);
-  }
-  std::map<std::string, std::string> extra;
-  if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
-  if (cfg.streaming.present) {
-    KILN_ASSIGN_OR_RETURN(StreamingResult streaming, run_streaming_check(engine, cfg, args.bench, progress));
-    char err[32];
-    std::snprintf(err, sizeof err, "%.3g", streaming.equivalence_max_abs_err);
-    progress(std::string("streaming: equivalence full(T) vs full(T-1) + step: max abs err ") + err + " (tolerance 1e-4)");
-    if (args.bench) print_streaming(streaming, checks);
-    extra["streaming"] = streaming_report_json(streaming);
-  }
-
-  const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
-  std::ofstream f(report);
-  f << build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra);
-  if (!f) return IoError("cannot write report '" + report + "'");
-  std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", built.engine_path.c_str(),
-              static_cast<double>(built.engine_bytes) / 1e6, built.profiles.size(), report.c_str());
+  std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", out.built.engine_path.c_str(),
+              static_cast<double>(out.built.engine_bytes) / 1e6, out.built.profiles.size(), out.report_path.c_str());
   return Status::Ok();
 }
 
@@ -187,13 +116,23 @@ Status run(const Args& args) {
 
 int main(int argc, char** argv) {
   kiln::use_passive_omp_wait_policy(argv);
+  kiln::Args args;
+  CLI::App app{"engine-build: build an engine file from a YAML build config, load it back, check every profile against the "
+               "built plans at its min/opt/max shapes, benchmark each profile against the control-loop budget and write a JSON report.",
+               "engine-build"};
+  app.add_option("config", args.config, "The YAML build config (see README: YAML build config)")->required();
+  app.add_option("-o,--output", args.output, "Engine file to write (default: the config's `output`)");
+  app.add_option("--report", args.report, "Report JSON to write (default: ENGINE.report.json)");
+  app.add_flag("--no-bench", args.no_bench, "Build, load back and check only: no benchmark, no per-layer profile, no matmul peak");
+  app.add_option("--set", args.overrides,
+                 "Override a config key by dotted path with a YAML value, e.g. --set benchmark.iterations=20 or "
+                 "--set 'profiles.full.dims.timesteps={min: 1, opt: 6, max: 6}' (repeatable)")
+      ->allow_extra_args(false)->type_name("KEY=VALUE");
+  kiln::add_log_options(app, args.log);
+  if (const int code = kiln::parse_command_line(app, "engine-build", argc, argv); code >= 0) return code;
+  kiln::apply_log_options("engine-build", args.log);
   try {
-    auto args = kiln::parse_args(argc, argv);
-    if (!args.ok()) {
-      std::fprintf(stderr, "engine-build: %s\n%s", args.status().message().c_str(), kiln::kUsage);
-      return 2;
-    }
-    kiln::Status st = kiln::run(*args);
+    kiln::Status st = kiln::run(args);
     if (!st.ok()) {
       std::fprintf(stderr, "engine-build: %s\n", st.message().c_str());
       return 1;

@@ -1,0 +1,40 @@
+// What engine-build does, as a library call (the tool, kiln::build and the Python kiln.build share
+// it): load the config, build the engine, load it back through the runtime loader, check every
+// profile against the built plans, benchmark, run the streaming checks, write the report.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builder/build_config.h"
+#include "builder/engine_build_job.h"
+#include "profiles/engine_check.h"
+#include "profiles/streaming_check.h"
+
+namespace kiln {
+
+struct EngineBuildRequest {
+  std::string config_path;
+  std::vector<std::pair<std::string, std::string>> overrides;   // --set KEY=VALUE, applied before validation
+  std::string output;        // engine path; empty: the config's
+  std::string report_path;   // empty: <engine>.report.json
+  bool benchmark = true;
+};
+
+struct EngineBuildOutcome {
+  BuildConfig config;
+  BuildResult built;
+  std::vector<ProfileCheck> checks;
+  double peak_gflops = 0;                      // measured f32 matmul peak (benchmark only)
+  std::optional<StreamingResult> streaming;    // the config has a streaming section
+  std::string report_path;
+  std::string report_json;
+  double build_seconds = 0;
+};
+
+// Progress lines go to `progress` (the tools and kiln::build pass them to the kiln log).
+StatusOr<EngineBuildOutcome> run_engine_build(const EngineBuildRequest& request, const ProgressFn& progress);
+
+}  // namespace kiln
