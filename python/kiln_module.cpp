@@ -4,6 +4,7 @@
 // serialize instead of racing (give each thread its own context for parallelism).
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <mutex>
 
 #include "kiln/builder.h"
@@ -148,6 +149,37 @@ class Context {
       st = ctx_->prepare_for_profile();
     }
     check(st);
+  }
+
+  // For bench/python_overhead.py: `n` runs timed in C++ (ms each), inputs bound once, outputs left
+  // in the context's arena: what a C++ program's loop costs, to compare run() against.
+  std::vector<double> time_runs(const py::dict& inputs, int n) {
+    std::vector<py::array> held;
+    std::vector<std::pair<std::string, TensorView>> views;
+    for (const auto& [key, value] : inputs) {
+      const std::string name = py::str(key);
+      const int i = ctx_->find_input(name);
+      if (i < 0) check(NotFound("no input named '" + name + "'"));
+      held.push_back(as_input_array(value, dtypes_[i], "input '" + name + "'"));
+      views.emplace_back(name, view_of(held.back()));
+      views.back().second.dtype = dtypes_[i];
+    }
+    std::vector<double> ms;
+    Status st;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t o = 0; o < ctx_->num_outputs() && st.ok(); ++o) st = ctx_->bind_output(ctx_->output_name(o), TensorView{});
+      for (const auto& [name, v] : views)
+        if (st.ok()) st = ctx_->set_input(name, v);
+      for (int i = 0; i < n && st.ok(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        st = ctx_->run();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+    check(st);
+    return ms;
   }
 
   std::vector<std::string> input_names_list() const {
@@ -377,6 +409,8 @@ PYBIND11_MODULE(_kiln, m) {
            "Runs the profile. Inputs that are C-contiguous arrays of the input's dtype are read in place; returned arrays are "
            "copies that stay valid after later runs.")
       .def("prepare", &Context::prepare, "Plans for the profile's max and opt shapes, so the first run allocates nothing.")
+      .def("_time_runs", &Context::time_runs, py::arg("inputs"), py::arg("n"),
+           "Benchmark hook: n runs timed in C++ (ms each), outputs left inside the context (bench/python_overhead.py).")
       .def_property_readonly("profile", &Context::profile)
       .def_property_readonly("input_names", &Context::input_names_list)
       .def_property_readonly("output_names", &Context::output_names_list);

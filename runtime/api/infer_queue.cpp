@@ -54,7 +54,8 @@ bool compatible(const Request& a, const Request& b) {
 
 }  // namespace
 
-struct InferQueue::Impl {
+// Hidden like everything not in the public headers (the class around it is exported).
+struct __attribute__((visibility("hidden"))) InferQueue::Impl {
   std::shared_ptr<const api::Engine> engine;
   std::string profile;
   InferQueueOptions options;

@@ -79,7 +79,7 @@ def main():
             continue
         text = open(path, errors="replace").read()
         if path.endswith(".pb.h") or "google/protobuf" in text or '#include "runtime/' in text or '#include "builder/' in text or \
-                '#include "plugins/' in text or "spdlog" in text:
+                '#include "plugins/' in text or "#include <spdlog" in text or "#include <fmt" in text:
             leaks.append(os.path.relpath(path, prefix))
     check("no protobuf, spdlog or private header reaches the installed headers", not leaks and set(headers) <= set(
         want + ["attributes.h", "cpu_features.h", "engine_info.h", "export.h", "shape.h", "streaming_spec.h"]), leaks or headers)
