@@ -103,9 +103,7 @@ class Context {
       const std::string name = py::str(key);
       const int i = ctx_->find_input(name);
       if (i < 0) check(NotFound("profile '" + ctx_->profile() + "' has no input named '" + name + "' (inputs: " + join(input_names_list()) + ")"));
-      held.push_back(as_input_array(value, dtypes_[i], "input '" + name + "'"));
-      views_[i] = view_of(held.back());
-      views_[i].dtype = dtypes_[i];
+      views_[i] = input_view(value, dtypes_[i], name, held);
     }
     for (size_t i = 0; i < views_.size(); ++i)
       if (!views_[i].present()) check(InvalidArgument("missing input '" + ctx_->input_name(i) + "' for profile '" + ctx_->profile() + "'"));
@@ -160,9 +158,7 @@ class Context {
       const std::string name = py::str(key);
       const int i = ctx_->find_input(name);
       if (i < 0) check(NotFound("no input named '" + name + "'"));
-      held.push_back(as_input_array(value, dtypes_[i], "input '" + name + "'"));
-      views.emplace_back(name, view_of(held.back()));
-      views.back().second.dtype = dtypes_[i];
+      views.emplace_back(name, input_view(value, dtypes_[i], name, held));
     }
     std::vector<double> ms;
     Status st;
@@ -286,9 +282,7 @@ class Session {
       const std::string name = py::str(key);
       auto dt = dtypes_.find(name);
       if (dt == dtypes_.end()) check(NotFound("the engine has no input named '" + name + "'"));
-      held.push_back(as_input_array(value, dt->second, "input '" + name + "'"));
-      views.emplace_back(name, view_of(held.back()));
-      views.back().second.dtype = dt->second;
+      views.emplace_back(name, input_view(value, dt->second, name, held));
     }
     Status st;
     {
@@ -334,9 +328,9 @@ class Session {
   std::mutex mu_;
 };
 
-EnginePtr load_engine(const std::string& path, const std::vector<std::string>& plugin_path) {
+EnginePtr load_engine(const std::string& path, const std::vector<std::string>& plugin_dirs) {
   LoadOptions options;
-  options.plugin_search_path = plugin_path;
+  options.plugin_dirs = plugin_dirs;
   StatusOr<std::shared_ptr<api::Engine>> e = Status();
   {
     py::gil_scoped_release release;
@@ -379,8 +373,8 @@ PYBIND11_MODULE(_kiln, m) {
   register_error(m);
 
   py::class_<api::Engine, EnginePtr>(m, "Engine", "An engine file loaded for running (immutable; share it between threads).")
-      .def(py::init(&load_engine), py::arg("path"), py::arg("plugin_path") = std::vector<std::string>{},
-           "Loads an engine file; plugin libraries are searched in plugin_path, KILN_PLUGIN_PATH and the engine's folder.")
+      .def(py::init(&load_engine), py::arg("path"), py::arg("plugin_dirs") = std::vector<std::string>{},
+           "Loads an engine file; plugin libraries are searched in plugin_dirs, KILN_PLUGIN_PATH and the engine's folder.")
       .def_property_readonly("profiles", [](const api::Engine& e) {
         std::vector<std::string> names;
         for (const auto& p : e.profiles()) names.push_back(p.name);

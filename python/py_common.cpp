@@ -98,6 +98,13 @@ TensorView view_of(const py::array& a) {
   return v;
 }
 
+TensorView input_view(const py::handle& value, DType dtype, const std::string& name, std::vector<py::array>& held) {
+  held.push_back(as_input_array(value, dtype, "input '" + name + "'"));
+  TensorView v = view_of(held.back());
+  v.dtype = dtype;   // bfloat16 arrives as numpy uint16
+  return v;
+}
+
 py::array copy_to_numpy(const TensorView& v) {
   std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
   py::array a(numpy_dtype(v.dtype), shape);

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "kiln/status.h"
 #include "kiln/tensor.h"
@@ -31,6 +32,9 @@ DType kiln_dtype(const py::dtype& dtype);   // kUndefined for types kiln has no 
 // contiguous copy otherwise; kiln.Error when the dtype differs. `what` names the input in errors.
 py::array as_input_array(const py::handle& obj, DType expected, const std::string& what);
 TensorView view_of(const py::array& a);
+// Input `name` from a Python value, as as_input_array() takes it; `held` keeps the array alive
+// until the caller's run returns.
+TensorView input_view(const py::handle& value, DType dtype, const std::string& name, std::vector<py::array>& held);
 // A new numpy array holding a copy of `v` (what run() returns: valid after later runs).
 py::array copy_to_numpy(const TensorView& v);
 // A numpy array sharing a Tensor's storage (kept alive by the array).

@@ -42,14 +42,12 @@ class Queue {
 
   py::object submit(const py::dict& inputs, py::object deadline_ms) {
     TensorMap map;
+    std::vector<py::array> held;
     for (const auto& [key, value] : inputs) {
       const std::string name = py::str(key);
       auto dt = dtypes_.find(name);
       if (dt == dtypes_.end()) check(NotFound("the queue's profile has no input named '" + name + "'"));
-      py::array a = as_input_array(value, dt->second, "input '" + name + "'");
-      TensorView v = view_of(a);
-      v.dtype = dt->second;
-      map.emplace(name, Tensor::copy_of(v));
+      map.emplace(name, Tensor::copy_of(input_view(value, dt->second, name, held)));
     }
     auto deadline = InferQueue::kNoDeadline;
     if (!deadline_ms.is_none())

@@ -245,7 +245,7 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
 }
 
 std::vector<std::string> plugin_search_dirs(const LoadOptions& options, const std::string& engine_dir) {
-  std::vector<std::string> dirs = options.plugin_search_path;
+  std::vector<std::string> dirs = options.plugin_dirs;
   if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
     std::string item;
     for (const char* c = env;; ++c) {

@@ -25,10 +25,10 @@ std::string shape_or_range(const BindingInfo& b) {
 
 }  // namespace
 
-Status inspect_engine(const std::string& path, const std::vector<std::string>& plugin_path) {
+Status inspect_engine(const std::string& path, const std::vector<std::string>& plugin_dirs) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadOptions options;
-  options.plugin_search_path = plugin_path;
+  options.plugin_dirs = plugin_dirs;
   KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(path, options));
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const EngineInfo& info = engine->info();

@@ -8,6 +8,6 @@
 
 namespace kiln {
 
-Status inspect_engine(const std::string& path, const std::vector<std::string>& plugin_path);
+Status inspect_engine(const std::string& path, const std::vector<std::string>& plugin_dirs);
 
 }  // namespace kiln

@@ -47,7 +47,7 @@ struct Args {
   std::string profile;
   std::string profile_layers;  // Chrome trace output
   std::string stream;          // folder of per-step input folders
-  std::vector<std::string> plugin_path;
+  std::vector<std::string> plugin_dirs;
   int threads = 0;
   bool inspect = false;
   bool no_tactics = false;     // ONNX models: keep every op's highest-priority kernel
@@ -154,7 +154,7 @@ Status generate_missing_inputs(const Engine& engine, const ProfileInfo& profile,
 
 Status run_engine(const Args& args, std::map<std::string, Tensor>& inputs, const std::map<std::string, Shape>& shapes) {
   LoadOptions options;
-  options.plugin_search_path = args.plugin_path;
+  options.plugin_dirs = args.plugin_dirs;
   KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.model, options));
   const int recorded = engine->info().tactic_threads, threads = omp_get_max_threads();
   if (recorded > 0 && recorded != threads)
@@ -223,8 +223,8 @@ Status run_onnx(const Args& args, std::map<std::string, Tensor>& inputs, const s
 
 Status run(const Args& args) {
   if (args.threads > 0) omp_set_num_threads(args.threads);
-  if (args.inspect) return inspect_engine(args.model, args.plugin_path);
-  if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir);
+  if (args.inspect) return inspect_engine(args.model, args.plugin_dirs);
+  if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir, args.plugin_dirs);
   std::map<std::string, Tensor> inputs;
   for (const auto& spec : args.inputs) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
@@ -300,7 +300,7 @@ void add_options(CLI::App& app, Args& a) {
                                        "(the first is the cold start); outputs to --output-dir/<step>/")
       ->type_name("DIR");
   app.add_flag("--inspect", a.inspect, "Print the engine's format, CPU features, profiles with their bindings and every layer's kernel");
-  app.add_option("--plugin-path", a.plugin_path, "A folder searched for the engine's plugin libraries before KILN_PLUGIN_PATH and the "
+  app.add_option("--plugin-dir", a.plugin_dirs, "A folder searched for the engine's plugin libraries before KILN_PLUGIN_PATH and the "
                                                  "engine's folder (repeatable)")
       ->allow_extra_args(false)->type_name("DIR");
   app.add_option("--disable-pass", a.disabled_passes, "ONNX models: skip this graph pass (repeatable)")->allow_extra_args(false)->type_name("NAME");

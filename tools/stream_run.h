@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/status.h"
 
@@ -12,6 +13,7 @@ namespace kiln {
 // with NAME.npy for every per-step input (not the state inputs, not a session-generated mask).
 // Writes OUT/<step>/<output>.npy for every output, state outputs included (their full contents
 // after the step), and prints one line per step.
-Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir);
+Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir,
+                  const std::vector<std::string>& plugin_dirs = {});
 
 }  // namespace kiln

@@ -69,7 +69,7 @@ struct EngineInfo {
 struct LoadOptions {
   // Folders searched for the engine's plugin libraries, in order, before the folders of the
   // KILN_PLUGIN_PATH environment variable (':'-separated) and the engine file's own folder.
-  std::vector<std::string> plugin_search_path;
+  std::vector<std::string> plugin_dirs;
 };
 
 }  // namespace kiln

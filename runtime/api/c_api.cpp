@@ -130,7 +130,7 @@ int kiln_engine_load_with_plugin_path(const char* path, const char* plugin_path,
       std::string dir;
       for (const char* c = plugin_path;; ++c) {
         if (*c == ':' || *c == '\0') {
-          if (!dir.empty()) options.plugin_search_path.push_back(dir);
+          if (!dir.empty()) options.plugin_dirs.push_back(dir);
           dir.clear();
           if (!*c) break;
         } else {

@@ -64,14 +64,14 @@ def main():
     x = np.linspace(-3, 3, 5 * 4, dtype=np.float32).reshape(5, 4)
     np.save(work / "x.npy", x)
     r = subprocess.run([a.engine_run, str(work / "good.engine"), "--profile", "p", "--input", f"x={work / 'x.npy'}",
-                        "--output-dir", str(work / "out"), "--plugin-path", str(work / "lib")], capture_output=True, text=True)
+                        "--output-dir", str(work / "out"), "--plugin-dir", str(work / "lib")], capture_output=True, text=True)
     check("engine-run", r.returncode == 0, r.stderr)
     if r.returncode == 0:
         y = np.load(work / "out" / "y.npy")
         want = np.square(1.5 * np.tanh(0.75 * x))
         check("outputs match numpy", y.shape == want.shape and np.allclose(y, want, rtol=1e-5, atol=1e-6),
               f"max abs err {np.abs(y - want).max() if y.shape == want.shape else y.shape}")
-    i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine"), "--plugin-path", str(work / "lib")], capture_output=True, text=True)
+    i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine"), "--plugin-dir", str(work / "lib")], capture_output=True, text=True)
     check("inspect shows the plugin layer", i.returncode == 0 and "plugin" in i.stdout, i.stdout + i.stderr)
 
     def expect_error(label, cmd, needles, cwd=work):
@@ -95,7 +95,7 @@ def main():
                  ["'kiln example plugins' version 1.0", "libscaled_tanh.so", "not found on the plugin search path", str(lib)])
     lib.rename(work / "moved.so")
     expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--profile", "p", "--input",
-                                                    f"x={work / 'x.npy'}", "--output-dir", str(work / "out2"), "--plugin-path",
+                                                    f"x={work / 'x.npy'}", "--output-dir", str(work / "out2"), "--plugin-dir",
                                                     str(work / "lib")], ["'kiln example plugins' version 1.0", str(work / "lib")])
     print(f"{failures} failed")
     return 1 if failures else 0

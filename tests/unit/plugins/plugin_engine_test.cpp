@@ -100,7 +100,7 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
       << build.output;
 
   LoadOptions options;
-  options.plugin_search_path = {(dir_ / "lib").string()};
+  options.plugin_dirs = {(dir_ / "lib").string()};
   auto engine = Engine::load_file((dir_ / "model.engine").string(), options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   ASSERT_EQ((*engine)->info().plugin_libraries.size(), 1u);
@@ -146,7 +146,7 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
     ASSERT_EQ(y->shape(), (Shape{2, 3}));
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y->as<float>()[i], std::max(0.0f, 2.0f * std::tanh(0.5f * x[i])), 1e-6f) << i;
   };
-  run_engine(dir_ / "model.engine", "", " --plugin-path " + (dir_ / "lib").string());
+  run_engine(dir_ / "model.engine", "", " --plugin-dir " + (dir_ / "lib").string());
   run_engine(dir_ / "model.engine", "KILN_PLUGIN_PATH=/nonexistent:" + (dir_ / "lib").string() + " ", "");
   // Copied with its library to another folder, the engine loads from there (its own folder).
   fs::create_directories(dir_ / "elsewhere");
