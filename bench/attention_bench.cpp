@@ -122,8 +122,7 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
                       }});
   // "cold in place": as "cold", but each copy's cache is the prefix of its K/V outputs (as in a
   // streaming session's state slabs), so only the new rows are appended, not the whole cache
-  // copied. Measured: 0.03-0.08 ms of the incremental step's ~3.2 ms; reading the cold cache is
-  // what costs, not copying it.
+  // copied: set beside "cold", it tells what the copy costs apart from reading the cold cache.
   std::vector<std::vector<TensorView>> inplace_iv = cold_iv;
   for (int c = 0; c < kCopies; ++c)
     for (int t = 0; t < 2; ++t) {

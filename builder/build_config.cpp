@@ -16,7 +16,7 @@
 #include <limits>
 #include <sstream>
 
-#include "builder/passes/pass.h"
+#include "builder/build_profile.h"
 #include "runtime/shape.h"
 
 namespace kiln {
@@ -315,7 +315,7 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
     KILN_RETURN_IF_ERROR(open_checked(*e, {"disable"}, &m));
     std::vector<std::pair<std::string, Entry>> names;
     KILN_RETURN_IF_ERROR(get_string_list(m, "disable", "pass name", &names));
-    const std::vector<std::string> known = pass_names();
+    const std::vector<std::string> known = all_pass_names();
     for (const auto& [name, entry] : names) {
       if (std::find(known.begin(), known.end(), name) == known.end())
         return type_error(entry.site, entry.path, "a pass name (one of: " + join(known, ", ") + ")", entry.value);

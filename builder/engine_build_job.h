@@ -8,19 +8,11 @@
 #include <vector>
 
 #include "builder/build_config.h"
-#include "builder/optimization_profile.h"
+#include "builder/build_profile.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
 
 namespace kiln {
-
-struct BuiltProfile {
-  ResolvedProfile profile;
-  std::shared_ptr<Plan> plan;
-  std::shared_ptr<Plan> fp32_plan;  // precision bf16 only: the same plan with fp32 kernels, for the error report
-  std::vector<std::string> pass_log;
-  std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
-};
 
 struct BuildResult {
   std::string engine_path;
@@ -36,11 +28,7 @@ using ProgressFn = std::function<void(const std::string&)>;
 // input whose generator is block_causal).
 StreamingSpec streaming_spec(const BuildConfig& cfg);
 
-// Work on each profile's finished plan that builder/ leaves to its caller (kernel timing lives in
-// profiles/): called after the plan is built and its plugins configured, before the engine is
-// written.
-using PlanHook = std::function<Status(Plan& plan, const ResolvedProfile& profile)>;
-
+// `tune` runs as the tactic_selection plan pass of every profile (builder/plan/plan_passes.h).
 StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {});
 
 }  // namespace kiln

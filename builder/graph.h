@@ -1,6 +1,6 @@
-// The builder's graph IR. Values carry a dtype and a shape whose dims may be symbolic (an ONNX
-// dim_param such as "cached_seq") or unknown. Nodes are kept in topological order; passes rewrite
-// the graph and call compact() to drop what they removed.
+// The builder's graph IR. Values carry a dtype and a shape whose dims may be symbolic (expressions
+// over the model's dim_params such as "cached_seq", builder/shapes/dim.h) or unknown. Nodes are
+// kept in topological order; passes rewrite the graph and call compact() to drop what they removed.
 #pragma once
 
 #include <map>
@@ -8,23 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "builder/shapes/dim.h"
 #include "runtime/attributes.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
 
-// One dimension: a known size, a named symbol, or unknown (both empty).
-struct Dim {
-  int64_t value = -1;
-  std::string symbol;
-
-  static Dim known(int64_t v) { return Dim{v, {}}; }
-  static Dim sym(std::string s) { return Dim{-1, std::move(s)}; }
-  bool is_known() const { return value >= 0; }
-  bool is_symbol() const { return value < 0 && !symbol.empty(); }
-  bool operator==(const Dim& o) const { return value == o.value && symbol == o.symbol; }
-  std::string str() const { return is_known() ? std::to_string(value) : (symbol.empty() ? "?" : symbol); }
-};
 using SymShape = std::vector<Dim>;
 std::string sym_shape_str(const SymShape& s);
 // True when every dim is a known size.

@@ -1,5 +1,6 @@
 // Optimization profiles on the graph: resolving a profile's dims/shapes into per-input
-// min/opt/max shapes, checking them against the graph, and building the profile's plan.
+// min/opt/max shapes and checking them against the graph (builder/build_profile.h builds the
+// profile's plan).
 #pragma once
 
 #include <map>
@@ -34,18 +35,11 @@ struct ResolvedProfile {
 // input); errors name the profile, input, dim and value.
 StatusOr<ResolvedProfile> resolve_profile(const Graph& g, const ProfileConfig& p);
 
-// Specializes a copy of the graph at the profile's min, opt and max shapes and infers every node:
+// Runs the pass pipeline once on the graph with the profile's ranged dims symbolic, then reads
+// every node's shapes off it at the profile's min, opt and max (builder/shapes/shape_points.h):
 // dims that contradict the graph (e.g. total_seq != cached_seq + new_seq) fail here, naming the
-// profile, the point, the node and the shapes.
+// profile, the point, the node and the shapes. build_profile() makes the same check on the graph
+// it builds (defined in build_profile.cpp).
 Status check_profile_against_graph(const Graph& g, const ResolvedProfile& p);
-
-// Builds the profile's plan: dims fixed by the profile (min == max) become constants, so their
-// shape subgraphs fold; ranged dims stay symbolic and are resolved at run time.
-// `attention_required`: an attention-like site the fusion pass cannot fuse fails the build.
-// `sites` (optional) receives every attention-like site, fused or not (with the reason).
-StatusOr<std::shared_ptr<Plan>> build_profile_plan(const Graph& g, const ResolvedProfile& p,
-                                                   const std::set<std::string>& disabled_passes,
-                                                   std::vector<std::string>* log = nullptr, bool attention_required = false,
-                                                   std::vector<AttentionSite>* sites = nullptr);
 
 }  // namespace kiln

@@ -19,7 +19,7 @@ struct BenchmarkResult {
 // Benchmarks several functions against each other: each runs `warmup` untimed times, then their
 // `iterations` timed runs alternate in `rounds` rounds (A's share, B's share, A's, ...), and a
 // function's share of a round follows one untimed run of it, which gives it back the caches the
-// other functions' runs took. On a shared host the speed drifts by 10-15 % over minutes: two
+// other functions' runs took. On a shared host the speed drifts over minutes: two
 // benchmarks run one after the other would carry that drift whole into their ratio; alternated,
 // each samples the same stretch. One function, or rounds = 1: each function's timed runs back to back.
 StatusOr<std::vector<BenchmarkResult>> run_alternating_benchmarks(const std::vector<std::function<Status()>>& fns, int warmup,

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/kernel.h"
 #include "runtime/kernel_runner.h"
 
 namespace kiln {
@@ -65,7 +66,7 @@ FlopCount attention_flops(const PlanStep& step, std::span<const TensorView> in) 
 
 FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (step.domain == "kiln" && step.op_type == "Attention") return attention_flops(step, in);
-  if (!step.domain.empty() || in.size() < 2 || out.empty()) return {};
+  if (!is_kernel_domain(step.domain) || in.size() < 2 || out.empty()) return {};
   const std::string& op = step.op_type;
   const TensorView &a = in[0], &w = in[1], &y = out[0];
   // FusedMatMul (matmul_epilogue_fusion) is a MatMul with its bias/GELU/residual epilogue, which
@@ -118,7 +119,7 @@ class MaskReader {
     const int s = producer_[v];
     if (depth == 0 || s < 0) return {};
     const PlanStep& step = ctx_.plan().steps[s];
-    if (!step.domain.empty() || step.outputs.size() != 1) return {};
+    if (!is_kernel_domain(step.domain) || step.outputs.size() != 1) return {};
     std::vector<Tensor> inputs;
     for (int in : step.inputs) {
       if (in < 0) {

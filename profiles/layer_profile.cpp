@@ -1,6 +1,7 @@
 #include "profiles/layer_profile.h"
 
 #include "builder/json_text.h"
+#include "runtime/kernel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -60,7 +61,7 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
     const PlanStep& step = plan.steps[s];
     LayerTiming t;
     t.name = step.name;
-    t.op_type = step.domain.empty() ? step.op_type : step.domain + "::" + step.op_type;
+    t.op_type = is_kernel_domain(step.domain) ? step.op_type : step.domain + "::" + step.op_type;
     t.begin_ms = ctx.step_begin_ms()[s];
     t.ms = ctx.step_ms()[s] / runs;
     for (int v : step.inputs) t.inputs.push_back(v >= 0 ? describe(ctx.value(v)) : "");

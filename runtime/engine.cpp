@@ -168,7 +168,7 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
         step.outputs.push_back(v);
       }
       step.replaced_nodes.assign(s.replaced_nodes().begin(), s.replaced_nodes().end());
-      if (!step.domain.empty()) {
+      if (!is_kernel_domain(step.domain)) {
         auto version = plugin_version_from_impl(step);
         if (!version.ok()) return fail(name, where + ": " + version.status().message());
         if (!PluginRegistry::global().find(step.domain, step.op_type, *version))

@@ -72,7 +72,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
     const PlanStep& step = plan->steps[s];
     const KernelArgs args = KernelArgs::of(step, plan->opset);
     // Steps of a custom domain are plugins; the kernel registry holds only the default domain.
-    KILN_ASSIGN_OR_RETURN(auto kernel, step.domain.empty() ? registry.create(args, step.attrs, step.impl) : create_plugin_kernel(step));
+    KILN_ASSIGN_OR_RETURN(auto kernel, is_kernel_domain(step.domain) ? registry.create(args, step.attrs, step.impl) : create_plugin_kernel(step));
     ctx->kernels_.push_back(std::move(kernel));
     for (int v : step.inputs)
       if (v >= 0) ctx->last_use_[v] = static_cast<int>(s);

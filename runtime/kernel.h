@@ -40,6 +40,12 @@ class Kernel {
   virtual const char* impl_name() const { return "reference"; }
 };
 
+// kiln's own fused ops (FusedMatMul, FusedConv, FusedRotary, ...) live in this domain, as ONNX
+// Runtime's live in com.microsoft, so they never shadow a standard ONNX op. Ops of the default ONNX
+// domain ("") and of this one run on built-in kernels; any other domain names a plugin.
+inline constexpr std::string_view kKilnDomain = "ai.kiln";
+inline bool is_kernel_domain(std::string_view domain) { return domain.empty() || domain == kKilnDomain; }
+
 struct KernelArgs {
   std::string_view op_type;
   std::string_view node_name;
@@ -67,6 +73,8 @@ struct KernelEntry {
   // needs: tactic selection only times it on a CPU that has them, and an engine using it requires
   // them, so a CPU without them refuses the engine at load instead of failing a step at run time.
   uint64_t cpu_features = 0;
+  // "" for an ONNX op, kKilnDomain for one of kiln's fused ops.
+  std::string domain = {};
 };
 
 class KernelRegistry {
@@ -76,7 +84,14 @@ class KernelRegistry {
   static const KernelRegistry& builtin();
 
   void add(KernelEntry e) { entries_.push_back(std::move(e)); }
+  // Registers a kernel of one of kiln's own fused ops (domain kKilnDomain).
+  void add_kiln_op(KernelEntry e) {
+    e.domain = std::string(kKilnDomain);
+    entries_.push_back(std::move(e));
+  }
   bool supports(std::string_view op_type) const;
+  // Whether `op_type` of `domain` has a kernel (op types are unique across the kernel domains).
+  bool supports(std::string_view domain, std::string_view op_type) const;
   std::vector<std::string> op_types() const;  // sorted, unique
   std::vector<const KernelEntry*> implementations(std::string_view op_type) const;  // best first
 

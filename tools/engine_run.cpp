@@ -206,16 +206,18 @@ Status run_onnx(const Args& args, std::map<std::string, Tensor>& inputs, const s
       return InvalidArgument("the model has no input named '" + name + "' (inputs: " + known + ")");
     }
   KILN_RETURN_IF_ERROR(save_inputs(args.save_inputs, inputs));
+  TimingCache cache;
+  if (!args.no_tactics)
+    options.tactics = [&](Plan& plan, const ResolvedProfile&) -> Status {
+      const auto t0 = std::chrono::steady_clock::now();
+      KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(plan, inputs, cache));
+      if (!decisions.empty())
+        log_info("tactics: " + std::to_string(decisions.size()) + " steps with a choice in " +
+                 std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s: " +
+                 tactics_summary(plan, decisions));
+      return Status::Ok();
+    };
   KILN_ASSIGN_OR_RETURN(auto plan, build_plan(std::move(graph), options));
-  if (!args.no_tactics) {
-    TimingCache cache;
-    const auto t0 = std::chrono::steady_clock::now();
-    KILN_ASSIGN_OR_RETURN(auto decisions, select_tactics_for_inputs(*plan, inputs, cache));
-    if (!decisions.empty())
-      log_info("tactics: " + std::to_string(decisions.size()) + " steps with a choice in " +
-               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s: " +
-               tactics_summary(*plan, decisions));
-  }
   KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(plan));
   for (const auto& [name, t] : inputs) KILN_RETURN_IF_ERROR(ctx->set_input(name, t.view()));
   return run_context(*ctx, args);

@@ -3,11 +3,10 @@
 // libgomp's default lets idle worker threads spin for ~300k iterations between parallel regions
 // (and forever with OMP_WAIT_POLICY=ACTIVE). On a machine shared with other work (every machine
 // kiln targets: a robot's computer runs more than the model) a spinning thread whose partner was
-// descheduled turns a 1.5 ms inference into 400 ms, measured on this project's 2-core machine under
-// load (small ControlTransformer: p50 1.56 ms passive vs 440 ms active). Sleeping at once costs a
-// wake-up per parallel region instead: resnet18 (~25 regions) 14.3 ms passive vs 12.6 ms with a
-// 10,000-iteration spin on an idle machine, and 37 vs 25 ms with two busy processes beside it. So
-// the tools wait passively after a short spin. libgomp reads these variables only when it is
+// descheduled takes the core its partner needs, and a millisecond's inference can take hundreds
+// under load. Sleeping at once costs a wake-up per parallel region instead, which a model of many
+// short regions (resnet18) pays on every run. So the tools wait passively after a short spin
+// (bench/RESULTS.md has the measurements). libgomp reads these variables only when it is
 // loaded, so the tools re-execute themselves once with OMP_WAIT_POLICY=PASSIVE and
 // GOMP_SPINCOUNT=10000 unless the user has set either variable (set OMP_WAIT_POLICY=ACTIVE to
 // measure the spinning policy).

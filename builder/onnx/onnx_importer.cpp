@@ -1,5 +1,6 @@
 #include "builder/onnx/onnx_importer.h"
 
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
 #include <filesystem>
@@ -17,6 +18,22 @@ namespace {
 // whose attributes changed since then fails with "unsupported attribute", never silently.
 constexpr int kMinOpset = 6;
 constexpr int kMaxOpset = 18;
+
+// A model below kMinOpset (opset 1-5) is read where each of its default-domain ops means there what
+// it means at kMinOpset: ONNX's own schema registry says in which opset the definition kiln
+// implements was introduced (GlobalAveragePool, Not, Softplus, ...: opset 1). An op redefined since
+// the model's opset (Add, Relu, BatchNormalization: consumed_inputs, legacy broadcasting) is
+// rejected by name rather than run with semantics it did not have.
+Status check_legacy_opset_op(const onnx::NodeProto& np, int opset, const std::string& where) {
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(np.op_type(), kMinOpset, "");
+  if (schema != nullptr && schema->SinceVersion() <= opset) return Status::Ok();
+  const std::string min = std::to_string(kMinOpset);
+  const std::string why = schema == nullptr ? "is not an ONNX op at opset " + min
+                                            : "was redefined in opset " + std::to_string(schema->SinceVersion()) +
+                                                  " and kiln implements only the newer definition";
+  return Unimplemented(where + ": the model's opset is " + std::to_string(opset) + ", and " + np.op_type() + " " + why +
+                       " (re-export the model at opset " + min + " or later)");
+}
 
 StatusOr<Attribute> convert_attribute(const onnx::AttributeProto& a, const std::string& base_dir, const std::string& where) {
   const std::string what = where + ": attribute '" + a.name() + "'";
@@ -84,9 +101,10 @@ StatusOr<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = static_cast<int>(o.version());
   if (opset < 0) return InvalidArgument(source + ": model imports no opset of the default ONNX domain");
-  if (opset < kMinOpset || opset > kMaxOpset)
-    return Unimplemented(source + ": opset " + std::to_string(opset) + " is not supported (kiln supports " +
-                         std::to_string(kMinOpset) + ".." + std::to_string(kMaxOpset) + ", tested on 13..17)");
+  if (opset < 1 || opset > kMaxOpset)
+    return Unimplemented(source + ": opset " + std::to_string(opset) + " is not supported (kiln supports 1.." +
+                         std::to_string(kMaxOpset) + ", ops older than opset " + std::to_string(kMinOpset) +
+                         " only where they are unchanged since; tested on 13..17)");
   g.opset = opset;
 
   if (gp.sparse_initializer_size() > 0) return Unimplemented(source + ": sparse initializers are not supported");
@@ -113,6 +131,7 @@ StatusOr<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
     n.name = np.name().empty() ? n.op_type + "_" + std::to_string(index) : np.name();
     ++index;
     const std::string where = source + ": " + g.describe_node(n);
+    if (opset < kMinOpset && n.domain.empty()) KILN_RETURN_IF_ERROR(check_legacy_opset_op(np, opset, where));
     for (const auto& a : np.attribute()) {
       KILN_ASSIGN_OR_RETURN(Attribute attr, convert_attribute(a, base_dir, where));
       n.attrs[a.name()] = std::move(attr);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "builder/passes/pass.h"
-#include "builder/passes/sym_linear.h"
+#include "builder/shapes/dim.h"
 
 namespace kiln {
 namespace attention_fusion_detail {

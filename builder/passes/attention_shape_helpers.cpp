@@ -6,7 +6,7 @@
 #include <set>
 
 #include "builder/passes/attention_patterns.h"
-#include "builder/passes/sym_linear.h"
+#include "builder/shapes/dim.h"
 
 namespace kiln {
 namespace attention_fusion_detail {
@@ -302,7 +302,7 @@ std::optional<std::vector<Dim>> Matcher::dims_value(int v) {
 
 bool same_dim(const Dim& a, const Dim& b) { return (a.is_known() || a.is_symbol()) && a == b; }
 
-// The exporter's Shape arithmetic names the difference the way shape inference does (sym_linear).
+// The exporter's Shape arithmetic names the difference the way shape inference does (builder/shapes/dim.h).
 Dim sub_dim(const Dim& a, const Dim& b) { return linear_add(a, b, -1); }
 
 }  // namespace attention_fusion_detail

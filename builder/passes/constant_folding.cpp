@@ -69,7 +69,7 @@ Status constant_folding(Graph& g, PassContext& ctx) {
       ctx.log.push_back("constant_folding: folded " + g.describe_node(n));
       continue;
     }
-    if (!n.domain.empty() || kNondeterministic.count(n.op_type)) continue;
+    if (!is_kernel_domain(n.domain) || kNondeterministic.count(n.op_type)) continue;
     bool all_const = true;
     std::vector<TensorView> views;
     for (int i : n.inputs) {

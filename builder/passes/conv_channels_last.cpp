@@ -16,7 +16,7 @@ namespace kiln {
 namespace {
 
 bool is_2d_fused_conv(const Graph& g, const Node& n) {
-  return !n.removed && n.domain.empty() && n.op_type == "FusedConv" && n.inputs.size() >= 2 && n.inputs[1] >= 0 &&
+  return !n.removed && n.domain == kKilnDomain && n.op_type == "FusedConv" && n.inputs.size() >= 2 && n.inputs[1] >= 0 &&
          g.values[n.inputs[1]].is_constant() && g.values[n.inputs[1]].constant.shape().rank() == 4;
 }
 

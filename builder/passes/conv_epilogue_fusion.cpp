@@ -73,6 +73,7 @@ Status conv_epilogue_fusion(Graph& g, PassContext& ctx) {
     Node f;
     f.name = g.nodes[idx].name;
     f.op_type = "FusedConv";
+    f.domain = std::string(kKilnDomain);
     f.inputs = g.nodes[idx].inputs;
     f.inputs.resize(3, -1);
     f.inputs.push_back(residual);

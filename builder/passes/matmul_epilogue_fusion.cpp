@@ -227,6 +227,7 @@ Status matmul_epilogue_fusion(Graph& g, PassContext& ctx) {
     Node f;
     f.name = g.nodes[idx].name;
     f.op_type = "FusedMatMul";
+    f.domain = std::string(kKilnDomain);
     f.inputs = {a, w, bias};
     if (residual >= 0) f.inputs.push_back(residual);
     while (!f.inputs.empty() && f.inputs.back() < 0) f.inputs.pop_back();

@@ -1,6 +1,6 @@
 // packed_projection_split: nn.MultiheadAttention (torchvision's ViT) projects q, k and v with one
 // packed weight, x·W[E, 3E] + b[3E], and exports the three as Slices of that product along its
-// last axis. Each Slice copies a third of the product (at ViT-B batch 2, 0.2 ms a layer), and
+// last axis. Each Slice copies a third of the product, and
 // selected_row_narrowing cannot narrow the queries' projection alone, since k and v, which every
 // token needs, come from the same MatMul. Here each such Slice becomes its own MatMul with the
 // matching columns of the constant weight (and Add of the bias' slice): the same FLOPs, no copies,

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "builder/graph.h"
-#include "builder/passes/sym_linear.h"
+#include "builder/shapes/dim.h"
+#include "runtime/kernel.h"
 
 namespace kiln {
 

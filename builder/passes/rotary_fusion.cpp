@@ -84,6 +84,7 @@ Status rotary_fusion(Graph& g, PassContext& ctx) {
           ctx.log.push_back("rotary_fusion: " + g.describe_node(add) + " = " + g.values[x].name +
                             " * cos + rotate_half(" + g.values[x].name + ") * sin -> FusedRotary");
           add.op_type = "FusedRotary";
+          add.domain = std::string(kKilnDomain);
           add.inputs = {x, cos, sin};
           add.attrs.clear();
           done = true;

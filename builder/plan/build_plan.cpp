@@ -1,5 +1,7 @@
 #include "builder/plan/build_plan.h"
 
+#include "builder/build_profile.h"
+
 #include "runtime/plugin_host/plugin_kernel.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/kernel.h"
@@ -25,23 +27,22 @@ Status specialize_inputs(Graph& g, const std::map<std::string, Shape>& shapes) {
           return InvalidArgument(where + " must be " + std::to_string(decl.value) + " (declared " + sym_shape_str(*v.shape) +
                                  "), got " + std::to_string(shape[d]));
         if (decl.is_symbol()) {
-          auto [it, inserted] = bound.emplace(decl.symbol, std::make_pair(shape[d], where));
+          auto [it, inserted] = bound.emplace(decl.sym_name(), std::make_pair(shape[d], where));
           if (!inserted && it->second.first != shape[d])
-            return InvalidArgument(where + " ('" + decl.symbol + "') is " + std::to_string(shape[d]) + " but " +
-                                   it->second.second + " binds '" + decl.symbol + "' to " + std::to_string(it->second.first));
+            return InvalidArgument(where + " ('" + decl.sym_name() + "') is " + std::to_string(shape[d]) + " but " +
+                                   it->second.second + " binds '" + decl.sym_name() + "' to " + std::to_string(it->second.first));
         }
       }
     }
     v.shape = from_shape(shape);
   }
-  for (auto& v : g.values) {
-    if (!v.shape) continue;
-    for (auto& d : *v.shape)
-      if (d.is_symbol()) {
-        auto it = bound.find(d.symbol);
-        if (it != bound.end()) d = Dim::known(it->second.first);
-      }
-  }
+  SymbolValues values;
+  for (const auto& [sym, b] : bound) values[sym] = b.first;
+  if (!values.empty())
+    for (auto& v : g.values) {
+      if (!v.shape) continue;
+      for (auto& d : *v.shape) d = dim_substitute(d, values);
+    }
   return Status::Ok();
 }
 
@@ -112,7 +113,7 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
       plan->values[pv].has_declared_shape = true;
       for (const auto& d : *val.shape) {
         plan->values[pv].dims.push_back(d.is_known() ? d.value : -1);
-        plan->values[pv].dim_names.push_back(d.symbol);
+        plan->values[pv].dim_names.push_back(d.sym_name());
       }
     }
     plan->inputs.push_back(pv);
@@ -120,13 +121,14 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
   const KernelRegistry& reg = KernelRegistry::builtin();
   for (const auto& n : g.nodes) {
     if (n.removed) continue;
-    if (n.domain.empty() && !reg.supports(n.op_type)) return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
+    if (is_kernel_domain(n.domain) && !reg.supports(n.domain, n.op_type))
+      return Unimplemented(g.describe_node(n) + ": unsupported op type '" + n.op_type + "'");
     PlanStep step;
     step.name = n.name;
     step.op_type = n.op_type;
     step.domain = n.domain;
     step.attrs = n.attrs;
-    if (!n.domain.empty()) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
+    if (!is_kernel_domain(n.domain)) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
     step.replaced_nodes = n.replaced_nodes;
     for (int i : n.inputs) step.inputs.push_back(map_value(i));
     for (int o : n.outputs) step.outputs.push_back(map_value(o));
@@ -144,12 +146,16 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
 }
 
 StatusOr<std::shared_ptr<Plan>> build_plan(Graph g, const BuildOptions& options, std::vector<std::string>* log) {
-  KILN_RETURN_IF_ERROR(specialize_inputs(g, options.input_shapes));
-  PassContext ctx;
-  ctx.disabled = options.disabled_passes;
-  KILN_RETURN_IF_ERROR(run_pass_pipeline(g, ctx));
-  if (log) *log = ctx.log;
-  return lower_to_plan(g);
+  // A profile fixed at the given shapes; inputs not given keep their declared shapes.
+  ResolvedProfile profile;
+  for (int id : g.inputs) profile.input_order.push_back(g.values[id].name);
+  for (const auto& [name, shape] : options.input_shapes) profile.inputs[name] = InputRange{shape, shape, shape};
+  ProfileBuildOptions build;
+  build.disabled_passes = options.disabled_passes;
+  build.tactics = options.tactics;
+  KILN_ASSIGN_OR_RETURN(BuiltProfile built, build_profile(g, profile, build));
+  if (log) *log = built.pass_log;
+  return built.plan;
 }
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// Graph -> Plan: specialize input shapes, run the pass pipeline, lower to the runtime's Plan.
+// engine-run's in-memory build (build_plan: the one build path, builder/build_profile.h, at the
+// input shapes given), and the steps of that path that bind shapes and lower a graph to a Plan.
 #pragma once
 
 #include <map>
@@ -8,6 +9,7 @@
 
 #include "builder/graph.h"
 #include "builder/passes/pass.h"
+#include "builder/plan/plan_passes.h"
 #include "runtime/plan.h"
 
 namespace kiln {
@@ -16,7 +18,8 @@ struct BuildOptions {
   // Concrete shapes for graph inputs (engine-run builds for the shapes it was given). Inputs not
   // listed keep their declared (possibly symbolic) shapes.
   std::map<std::string, Shape> input_shapes;
-  std::set<std::string> disabled_passes;
+  std::set<std::string> disabled_passes;  // graph and plan pass names
+  PlanHook tactics;                       // tactic selection; none = best-ranked kernels
 };
 
 // Binds input shapes: checks rank and static dims, binds each dim_param symbol to one value across
@@ -25,7 +28,8 @@ Status specialize_inputs(Graph& g, const std::map<std::string, Shape>& shapes);
 
 StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g);
 
-// The whole build; `log` (optional) receives the passes' rewrite log.
+// build_profile() with the inputs fixed at `options.input_shapes`; `log` (optional) receives the
+// passes' rewrite log.
 StatusOr<std::shared_ptr<Plan>> build_plan(Graph g, const BuildOptions& options, std::vector<std::string>* log = nullptr);
 
 }  // namespace kiln

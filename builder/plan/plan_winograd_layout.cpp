@@ -1,5 +1,8 @@
 #include "builder/plan/plan_winograd_layout.h"
 
+#include "builder/plan/plan_passes.h"
+#include "runtime/kernel.h"
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -12,7 +15,7 @@ namespace {
 constexpr const char* kWinograd = "onednn_winograd";
 constexpr int64_t kBlock = 16;  // nChw16c's channel block
 
-bool is_winograd_conv(const PlanStep& s) { return s.domain.empty() && s.op_type == "FusedConv" && s.impl == kWinograd; }
+bool is_winograd_conv(const PlanStep& s) { return s.domain == kKilnDomain && s.op_type == "FusedConv" && s.impl == kWinograd; }
 
 std::string layout_attr(const PlanStep& s, const char* name) {
   auto it = s.attrs.find(name);
@@ -53,6 +56,13 @@ int keep_nchw16c_between_winograd_convs(Plan& plan) {
     ++switched;
   }
   return switched;
+}
+
+// Plan pass winograd_layout.
+Status winograd_layout(Plan& plan, PlanPassContext& ctx) {
+  if (const int n = keep_nchw16c_between_winograd_convs(plan))
+    ctx.log.push_back("winograd_layout: " + std::to_string(n) + " values between Winograd convolutions kept in nChw16c");
+  return Status::Ok();
 }
 
 }  // namespace kiln

@@ -4,8 +4,8 @@
 // conv_channels_last keeps the activations between FusedConvs in NHWC, the layout oneDNN's direct
 // AVX-512 convolutions compute in, before any kernel is chosen. A FusedConv that tactic selection
 // puts on "onednn_winograd" computes in nChw16c instead, so between two of them an NHWC value costs
-// two reorders (out of the producer, into the reader; a third where it is also a residual): on
-// ResNet-18 at batch 1 that was about 1.3 ms of 11 ms. This rewrite runs once the kernels are
+// two reorders (out of the producer, into the reader; a third where it is also a residual), a
+// copy of every such activation on every run. This rewrite runs once the kernels are
 // known: a value written by a Winograd FusedConv in NHWC whose readers are all Winograd FusedConvs
 // reading it (as X or residual) in NHWC, with channels divisible by 16, becomes "nchw16c" on both
 // sides (shape [N, C/16, H, W, 16]). Values with any other reader stay NHWC, so graph outputs,

@@ -4,9 +4,9 @@
 // weights, inputs and scratch stay in cache between runs. Inside a whole run they do not (ResNet-18
 // reads ~47 MB of weights per image on a CPU with a few MB of L2 per core), and kernels trade
 // multiplies for memory traffic differently: oneDNN's Winograd convolution reads 1.8x (F(2x2,3x3))
-// to 4x (F(4x4,3x3)) the weights of the direct one. Measured on ResNet-18 at batch 2, the isolated
-// timing put layer3's 3x3 convolutions on Winograd at 0.72 vs 1.03 ms, while inside the network
-// Winograd took 1.28 ms against the direct convolution's 1.23.
+// to 4x (F(4x4,3x3)) the weights of the direct one. So on ResNet-18 at batch 2 the isolated timing
+// can put layer3's 3x3 convolutions on Winograd while inside the network the direct convolution,
+// whose weights stay in cache, is the faster.
 //
 // So the steps whose isolated runner-up came within kContestedRatio of the best (and whose cache
 // key, all the steps sharing it together, takes at least kContestedMinShare of a run: whole runs

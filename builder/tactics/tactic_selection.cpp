@@ -43,7 +43,7 @@ std::string attrs_key(const AttrMap& attrs) {
 // Timing needs data-independent kernels: every input a float tensor (values do not change the
 // work), so random inputs stand in for the real activations.
 bool timeable(const Plan& plan, const PlanStep& step, const ExecutionContext& ctx) {
-  if (!step.domain.empty()) return false;
+  if (!is_kernel_domain(step.domain)) return false;
   for (int v : step.inputs) {
     if (v < 0) continue;
     const DType dt = plan.values[v].constant >= 0 ? plan.constants[plan.values[v].constant].dtype() : ctx.value_desc(v).dtype;
@@ -180,7 +180,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
   };
   std::vector<size_t> candidates_steps;
   for (size_t s = 0; s < plan.steps.size(); ++s)
-    if (plan.steps[s].domain.empty() && candidates(plan.steps[s]).size() > 1) candidates_steps.push_back(s);
+    if (is_kernel_domain(plan.steps[s].domain) && candidates(plan.steps[s]).size() > 1) candidates_steps.push_back(s);
   if (candidates_steps.empty()) return decisions;
 
   // One run at opt gives every step's input shapes.
@@ -226,7 +226,7 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     return key + "|" + attrs_key(step.attrs) + machine;
   };
   // How many steps share each key: a choice weighs in a run by all of them (the ControlTransformer
-  // step's 21 Q/K/V projections are 0.5 % of a run each, 11 % together).
+  // step's 21 Q/K/V projections are each a small share of a run, together a large one).
   std::map<std::string, int> steps_with_key;
   for (size_t s : candidates_steps)
     if (timeable(plan, plan.steps[s], *ctx)) ++steps_with_key[key_of(plan.steps[s])];
@@ -290,8 +290,6 @@ StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& inpu
     for (size_t s : c.steps) decisions[decision_of[s]].chosen = c.chosen;
     decisions[decision_of[c.steps[0]]].in_context = {{c.first, c.first_ms, ""}, {c.second, c.second_ms, ""}};
   }
-  // With the kernels known, values between Winograd convolutions skip their NHWC round trip.
-  keep_nchw16c_between_winograd_convs(plan);
   return decisions;
 }
 

@@ -54,8 +54,8 @@ class TimingCache {
 };
 
 // Times the candidates of every multi-implementation step of `plan` at `opt_shapes` (all graph
-// inputs), consulting and filling `cache`, and sets each such step's impl; then keeps the values
-// between Winograd FusedConvs in nChw16c (builder/plan/plan_winograd_layout.h).
+// inputs), consulting and filling `cache`, and sets each such step's impl. (The winograd_layout plan
+// pass then keeps the values between Winograd FusedConvs in nChw16c.)
 StatusOr<std::vector<TacticDecision>> select_tactics(Plan& plan, const std::map<std::string, Shape>& opt_shapes, const BuildConfig& cfg,
                                                      TimingCache& cache, const KernelRegistry& registry = KernelRegistry::builtin());
 

@@ -31,7 +31,8 @@
 
 namespace kiln {
 
-// 2: KilnPluginLibrary gained library_version (engines record libraries by name and version).
+// 2: KilnPluginLibrary gained library_version (engines record libraries by name and version);
+//    PluginBuild gained infer_symbolic.
 constexpr uint32_t kKilnPluginApiVersion = 2;
 
 // A field of a plugin: its name, its type, and whether it must be given.
@@ -57,6 +58,34 @@ class KILN_API PluginRun {
   virtual Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs, void* workspace) noexcept = 0;
 };
 
+// Symbolic shapes at build time (TensorRT's IExprBuilder / getOutputShapes): a profile's ranged
+// dims are expressions over the model's dim symbols, and a plugin that derives its output shapes
+// from its inputs' with these operations lets the builder keep them symbolic past the plugin (and
+// evaluate them at the profile's min, opt and max) instead of losing them.
+class ShapeExpr;  // opaque; owned by the builder, valid for the duration of the call
+enum class ShapeOp { kSum, kSub, kProd, kFloorDiv, kCeilDiv };
+
+class KILN_API ShapeExprBuilder {
+ public:
+  virtual const ShapeExpr* constant(int64_t value) noexcept = 0;
+  // nullptr (an unknown dim) in either operand gives nullptr.
+  virtual const ShapeExpr* operation(ShapeOp op, const ShapeExpr* a, const ShapeExpr* b) noexcept = 0;
+  // The value when the expression is a known size.
+  virtual bool is_constant(const ShapeExpr* e, int64_t* value) const noexcept = 0;
+  // Whether two expressions are provably equal (same canonical form).
+  virtual bool equal(const ShapeExpr* a, const ShapeExpr* b) const noexcept = 0;
+
+ protected:
+  ~ShapeExprBuilder() = default;
+};
+
+// A tensor's dtype and symbolic shape; rank < 0 when unknown, a nullptr dim when that dim is.
+struct SymbolicTensorDesc {
+  DType dtype = DType::kUndefined;
+  int rank = -1;
+  const ShapeExpr* dims[kMaxRank] = {};
+};
+
 // A shape range of one input, for configure().
 struct PluginInputRange {
   DType dtype = DType::kUndefined;
@@ -72,6 +101,16 @@ class KILN_API PluginBuild {
   virtual bool supports(std::span<const DType> input_dtypes) const noexcept = 0;
   // Output dtypes and shapes for concrete input shapes; used by shape inference at build time.
   virtual Status infer(std::span<const TensorDesc> inputs, std::span<TensorDesc> outputs) const noexcept = 0;
+  // Output dtypes and symbolic shapes from the inputs' (an absent optional input has dtype
+  // kUndefined). Unimplemented (the default) makes the builder fall back to infer() where the
+  // input shapes are concrete, and leave the output shapes unknown elsewhere.
+  virtual Status infer_symbolic(std::span<const SymbolicTensorDesc> inputs, std::span<SymbolicTensorDesc> outputs,
+                                ShapeExprBuilder& exprs) const noexcept {
+    (void)inputs;
+    (void)outputs;
+    (void)exprs;
+    return Status(StatusCode::kUnimplemented, "no symbolic shape inference");
+  }
   // Scratch bytes the run needs at the given (max) input shapes.
   virtual size_t workspace_bytes(std::span<const TensorDesc> max_inputs) const noexcept {
     (void)max_inputs;

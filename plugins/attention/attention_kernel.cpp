@@ -152,8 +152,7 @@ void classify_tiles(const bool* mask, const Geometry& g, int64_t q0, int64_t nq,
 // Applies a causal or block-causal rule to S^T (s[j, i] for key k0 + j and query q0 + i).
 // visible_limit does not decrease along the queries, so the queries that may not see a key are a
 // prefix of the tile, growing with the key: row j of S^T gets -inf in its first `hidden` lanes, a
-// contiguous fill instead of per-element strided stores (attention-bench, block-causal, 1644
-// tokens: 10.0-10.2 -> 9.6-9.8 ms).
+// contiguous fill instead of per-element strided stores.
 void apply_positional_mask(const Problem& pr, float* s, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
   const int64_t first = pr.g->query_offset() + q0;
   int64_t hidden = 0;
@@ -349,10 +348,9 @@ void few_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t 
 // whole vectors of query_pad rows (the last may be partial). When the rows past the last whole
 // vector are at most kFewRows and the CPU's tile code has the few-row path, they go to it instead
 // (an incremental step's 274 queries end in 2 rows; decoding has 1), appended to the last tile.
-// Tiles are not evened out: 272 rows as four of 64 and one of 16 measured faster on 2 threads than
-// as 48, 48, 64, 48, 64 (engine-run, incremental step, 8 alternated pairs: 0.984x vs 0.998x of
-// the time without the few-row path), although the 16-row tile's score kernel runs below the FMA
-// rate (one query vector per broadcast key): a small last tile per head evens out the threads.
+// Tiles are not evened out: 272 rows as four of 64 and one of 16 ran faster on 2 threads than as
+// 48, 48, 64, 48, 64, although the 16-row tile's score kernel runs below the FMA rate (one query
+// vector per broadcast key): a small last tile per head evens out the threads.
 struct QueryTiling {
   int64_t tiles = 0, lane_rows = 0, few = 0;
   int64_t lane_begin(int64_t t) const { return std::min(lane_rows, t * kTq); }
@@ -412,11 +410,10 @@ bool uses_stationary_heads(const TileOps& ops, const Geometry& g, const QueryTil
 
 // All query tiles of one (batch, head), each with its own scratch, against each key tile in turn:
 // a key tile's K and V rows are read once, from memory or L3, and serve every query tile of the
-// head while in L1, instead of being streamed once per query tile. On the incremental step (274
-// queries, 5 tiles a head, the cache last touched a run earlier) the attention took 0.946x the
-// time (per-layer profile, 8 alternated runs) and the step 0.968x (engine-run, 14 alternated
-// pairs). Same tiles, masks and arithmetic as query_tile, so the outputs are bitwise those of
-// the tile-parallel order.
+// head while in L1, instead of being streamed once per query tile: this pays where the cache was
+// last touched a run earlier, as in the incremental step (274 queries, 5 tiles a head). Same
+// tiles, masks and arithmetic as query_tile, so the outputs are bitwise those of the
+// tile-parallel order.
 void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, const QueryTiling& qt,
                      const uint8_t* const* classes) {
   const Params& p = *pr.p;
@@ -455,8 +452,7 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
     for (int64_t t = 0; t < T; ++t) {
       // The next key tile's K and V rows come from memory (an incremental step's cache was last
       // touched a run earlier): each query tile prefetches its share of them into L2, a key tile
-      // (T query tiles of work) ahead. attention-bench `fp32 cold`, 274:1644, three alternated
-      // runs: 2.82 / 2.91 / 2.90 -> 2.75 / 2.78 / 2.73 ms.
+      // (T query tiles of work) ahead, so the loads overlap this tile's arithmetic.
       if (next_n > 0) prefetch_key_rows_l2(pr, next0 + next_n * t / T, next0 + next_n * (t + 1) / T);
       if (k0 >= range[t].k_end) continue;
       const int64_t q0 = qt.lane_begin(t), n = qt.lane_end(t) - q0, nqp = round_up(n, ops.query_pad);

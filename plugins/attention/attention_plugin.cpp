@@ -131,6 +131,29 @@ class AttentionBuild final : public PluginBuild {
     }
   }
 
+  // The output is shaped like q; with a KV cache, the K/V outputs are the caches grown by the new
+  // keys along the layout's sequence axis (Sc + Sk_new). Shapes are checked by infer() at run time.
+  Status infer_symbolic(std::span<const SymbolicTensorDesc> inputs, std::span<SymbolicTensorDesc> outputs,
+                        ShapeExprBuilder& exprs) const noexcept override {
+    KILN_RETURN_IF_ERROR(check_output_count(p_, outputs.size()));
+    if (inputs.empty()) return InvalidArgument("kiln::Attention: no inputs");
+    outputs[0] = inputs[attention::kQ];
+    outputs[0].dtype = DType::kFloat32;
+    if (p_.kv_cache) {
+      if (inputs.size() <= static_cast<size_t>(attention::kKCache)) return InvalidArgument("kiln::Attention: kv_cache = 1 expects 6 inputs");
+      const SymbolicTensorDesc& cache = inputs[attention::kKCache];
+      const SymbolicTensorDesc& fresh = inputs[attention::kK];
+      const int axis = attention::seq_axis(p_.layout);
+      SymbolicTensorDesc grown = cache;
+      grown.dtype = DType::kFloat32;
+      if (cache.rank > axis && fresh.rank == cache.rank) grown.dims[axis] = exprs.operation(ShapeOp::kSum, cache.dims[axis], fresh.dims[axis]);
+      else grown.rank = -1;
+      outputs[1] = grown;
+      outputs[2] = grown;
+    }
+    return Status::Ok();
+  }
+
   // One scratch slot per OpenMP thread the run may use (the run never uses more than slots_), and
   // the bf16 path's packed K/V. Read from the shapes without validating them: the run reports
   // shape errors, and ranges need not be consistent at their maxima.

@@ -11,7 +11,7 @@
 //              on the values that flow from FusedConv to FusedConv;
 //   "nchw16c"  2-D only, C a multiple of 16: shape and data [N, C/16, H, W, 16], oneDNN's
 //              nChw16c, the layout its Winograd convolution computes in. Set after tactic selection
-//              (builder/plan_winograd_layout.cpp) on values that flow between Winograd FusedConvs.
+//              (builder/plan/plan_winograd_layout.cpp) on values that flow between Winograd FusedConvs.
 #pragma once
 
 #include <memory>

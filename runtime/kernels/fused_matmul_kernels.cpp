@@ -253,14 +253,14 @@ class PanelFusedMatMulKernel final : public Kernel {
 }  // namespace
 
 void register_fused_matmul_kernels(KernelRegistry& r) {
-  r.add({"FusedMatMul", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
+  r.add_kiln_op({"FusedMatMul", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
            Activation act;
            return make_reference_fused(args, attrs, &act);
          }});
-  r.add({"FusedMatMul", "onednn", 10, onednn_factory(false)});
+  r.add_kiln_op({"FusedMatMul", "onednn", 10, onednn_factory(false)});
   // Below "onednn": bf16 runs only where an engine's precision asked for it.
-  r.add({"FusedMatMul", "onednn_bf16", 5, onednn_factory(true)});
-  r.add({"FusedMatMul", "panel", 8,
+  r.add_kiln_op({"FusedMatMul", "onednn_bf16", 5, onednn_factory(true)});
+  r.add_kiln_op({"FusedMatMul", "panel", 8,
          [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
            Activation act;
            KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused(args, attrs, &act));

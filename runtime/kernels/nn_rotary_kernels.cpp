@@ -63,7 +63,7 @@ class FusedRotaryKernel final : public Kernel {
 }  // namespace
 
 void register_nn_rotary_kernels(KernelRegistry& r) {
-  r.add({"FusedRotary", "reference", 0, [](const KernelArgs&, AttrReader&) -> StatusOr<std::unique_ptr<Kernel>> {
+  r.add_kiln_op({"FusedRotary", "reference", 0, [](const KernelArgs&, AttrReader&) -> StatusOr<std::unique_ptr<Kernel>> {
            return std::unique_ptr<Kernel>(std::make_unique<FusedRotaryKernel>());
          }});
 }

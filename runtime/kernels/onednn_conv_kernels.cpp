@@ -20,7 +20,7 @@
 // (F(2x2,3x3) or F(4x4,3x3) on AVX-512): 2.25x to 4x fewer multiplies than the direct one for 3x3
 // stride-1 convolutions, at a larger rounding error (the input/output transforms add and subtract
 // products of values of different sizes). It computes in the blocked nChw16c layout: NHWC tensors
-// are reordered around it, nchw16c ones (builder/plan_winograd_layout.cpp keeps the values between
+// are reordered around it, nchw16c ones (builder/plan/plan_winograd_layout.cpp keeps the values between
 // Winograd FusedConvs so) are not. It ranks below "onednn": tactic selection runs it only where it
 // times faster. Where oneDNN has no Winograd
 // implementation (not 3x3, stride or dilation != 1, groups, pads > 1, no AVX-512, not float32)
@@ -237,22 +237,23 @@ KernelFactory onednn_factory(ConvAlgo algo, bool fused) {
 }  // namespace
 
 void register_onednn_conv_kernels(KernelRegistry& r) {
-  r.add({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
+  r.add_kiln_op({"FusedConv", "reference", 0, [](const KernelArgs& args, AttrReader& attrs) {
            FusedSpec spec;
            return make_reference_fused_conv(args, attrs, &spec);
          }});
   // "onednn_bf16" ranks below "onednn": bf16 runs only where an engine's precision asked for it.
   for (bool fused : {false, true}) {
     const char* op = fused ? "FusedConv" : "Conv";
-    r.add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
-    r.add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
+    auto add = [&](KernelEntry e) { fused ? r.add_kiln_op(std::move(e)) : r.add(std::move(e)); };
+    add({op, "onednn", 10, onednn_factory(ConvAlgo::kDirect, fused)});
+    add({op, "onednn_bf16", 5, onednn_factory(ConvAlgo::kDirectBf16, fused)});
   }
   // Winograd only for FusedConv, whose weights are constant: its weight transform (4x the data for
   // F(4x4,3x3)) is done once when packing, where plain Conv would redo it on every run. It ranks
   // below "onednn" (tactic selection picks it where it times faster) and needs AVX-512 (oneDNN's
   // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
   // discontinued Xeon Phi line has all four).
-  r.add({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
+  r.add_kiln_op({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
 }
 
 }  // namespace kiln

@@ -10,8 +10,8 @@
 // while it does, prefetches its next block of W into L2, spread over the row blocks: the block is
 // in cache when the rows reach it (a thread's very first block is kept short, as nothing hides
 // its fetch). oneDNN's matmul reads the same bytes but lets the first row
-// block of each panel wait for them (measured on a 2-vCPU Xeon VM, the ControlTransformer step's
-// 42 matmuls at 274 rows with cold weights: oneDNN 20.8-21.3 ms, this 19.0-19.5; warm both ~18).
+// block of each panel wait for them. With the weights in cache the two run alike, and at
+// thousands of rows oneDNN is the faster: tactic selection picks per profile.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,7 @@ namespace kiln::panel_gemm {
 
 constexpr int64_t kPanelCols = 64;
 // Rows of W per block of a panel: 384 rows x 64 columns of f32 is 96 KB, which stays in L2 while
-// it meets every row block of A (measured best of 128-1536 at K 384 and 1536).
+// it meets every row block of A (the best of 128-1536 timed at K 384 and 1536).
 constexpr int64_t kDepth = 384;
 
 enum class Act { kNone, kGeluErf, kGeluTanh };

@@ -222,8 +222,7 @@ void run_thread(const Args& g, const Split& s, int t) {
     const bool next_panel = u + 1 < u1 && (u + 1) / s.row_shares != p;
     // The thread's first block of W has nothing to hide its fetch behind: it is kept short
     // (kRampDepth rows), so the prefetch of the next block starts early. The step's 384 x 384
-    // projections give each thread 3 panels, a third of their weights in that first panel:
-    // 0.987x for the incremental step (engine-run, 14 alternated pairs).
+    // projections give each thread 3 panels, a third of their weights in that first panel.
     for (int64_t k0 = 0; k0 < g.K; k0 += k.kc) {
       k.kc = imin(u == u0 && k0 == 0 && !aliased ? imin(kRampDepth, kc_even) : kc_even, g.K - k0);
       k.b = g.packed + (p * g.K + k0) * kPanelCols;

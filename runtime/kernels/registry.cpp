@@ -30,6 +30,10 @@ bool KernelRegistry::supports(std::string_view op_type) const {
   return std::any_of(entries_.begin(), entries_.end(), [&](const KernelEntry& e) { return e.op_type == op_type; });
 }
 
+bool KernelRegistry::supports(std::string_view domain, std::string_view op_type) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const KernelEntry& e) { return e.op_type == op_type && e.domain == domain; });
+}
+
 std::vector<std::string> KernelRegistry::op_types() const {
   std::set<std::string> s;
   for (const auto& e : entries_) s.insert(e.op_type);

@@ -16,30 +16,21 @@ Models (small sizes):
         Mul with an additive padding mask); references from PyTorch in this process.
 Checks per model: the build succeeds; the report lists, per profile, as many fused sites as the model
 has layers, none unfused, each site naming the nodes it replaced (its Softmax among them); engine-run
---profile at shapes across each range (min, between, max) matches PyTorch (atol 1e-4, rtol 1e-3).
+--profile at shapes across each range (min, between, max) matches PyTorch (kiln_e2e.compare_arrays:
+atol 1e-4, rtol 1e-3).
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
 """
-import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 import traceback
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-MODELS_DIR = os.path.join(REPO, "models")
-CONFIGS_DIR = os.path.join(HERE, "configs")
-sys.path.insert(0, MODELS_DIR)
-sys.path.insert(0, HERE)
-
+import kiln_e2e  # noqa: E402  (puts models/ on the path)
+from kiln_e2e import tail  # noqa: E402
 import attention_variants  # noqa: E402
 import export_models  # noqa: E402
-
-ATOL, RTOL = 1e-4, 1e-3
 
 # Kiln's own models: config, fused layers per profile, and per profile the export_models cases.
 KILN_MODELS = {
@@ -56,44 +47,10 @@ KILN_MODELS = {
 }
 
 
-class Results:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-
-    def record(self, name, ok, detail=""):
-        print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(name)
-
-
-def run_cmd(cmd, timeout):
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
-
-
-def tail(text, n=2000):
-    return text if len(text) <= n else "..." + text[-n:]
-
-
-def save_npys(d, arrays):
-    os.makedirs(d, exist_ok=True)
-    paths = {}
-    for name, a in arrays.items():
-        paths[name] = os.path.join(d, export_models.sanitize(name) + ".npy")
-        np.save(paths[name], np.ascontiguousarray(a))
-    return paths
-
-
 def build(name, config, onnx_path, engine, args, res):
     report = engine + ".report.json"
-    cmd = [args.engine_build, config, "--set", f"model={onnx_path}", "--output", engine, "--report", report,
-           "--no-bench"]
-    print("  $ " + " ".join(cmd), flush=True)
-    proc, secs = run_cmd(cmd, args.timeout)
+    proc, secs = kiln_e2e.engine_build(args.engine_build, config, engine, model=onnx_path, report=report,
+                                       timeout=args.timeout)
     ok = proc.returncode == 0 and os.path.exists(engine)
     res.record(f"[build] {name} (attention required)", ok,
                f"{secs:.1f} s" if ok else f"exit {proc.returncode}\n{tail(proc.stderr)}")
@@ -123,58 +80,25 @@ def check_report(name, report, profiles, layers, res):
     res.record(f"[report] {name}: {layers} fused per profile, none unfused", not problems, "; ".join(problems))
 
 
-def compare(name, engine, profile, case, inputs, expected, out_dir, args, res):
-    cmd = [args.engine_run, engine, "--profile", profile]
-    for n, p in inputs.items():
-        cmd += ["--input", f"{n}={p}"]
-    cmd += ["--output-dir", out_dir, "--iterations", "2"]  # outputs of a steady-state (arena) run
-    proc, secs = run_cmd(cmd, args.timeout)
-    label = f"[engine] {name} {profile} {case}"
-    if proc.returncode != 0:
-        res.record(label, False, f"engine-run exit {proc.returncode}: {tail(proc.stderr)}")
-        return
-    problems, errs = [], []
-    for out, want in expected.items():
-        path = os.path.join(out_dir, export_models.sanitize(out) + ".npy")
-        if not os.path.exists(path):
-            problems.append(f"{out}: no output file")
-            continue
-        got = np.load(path)
-        if got.shape != want.shape or got.dtype != want.dtype:
-            problems.append(f"{out}: {got.dtype} {list(got.shape)} instead of {want.dtype} {list(want.shape)}")
-            continue
-        err = float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
-        errs.append(f"{out} {err:.1e}")
-        if not np.allclose(got, want, atol=ATOL, rtol=RTOL):
-            problems.append(f"{out}: max abs err {err:.3e}")
-    res.record(label, not problems, f"{secs:.2f} s; max abs err " + ", ".join(errs) + ("; " + "; ".join(problems) if problems else ""))
-
-
 def kiln_model(name, args, res):
-    spec = export_models.spec_for(name, "small")
     m = KILN_MODELS[name]
     work = os.path.join(args.workdir, name)
     onnx_path = os.path.join(work, f"{name}.small.onnx")
     ref = os.path.join(work, "ref")
     cases = [c for cs in m["profiles"].values() for c in cs]
-    cmd = [sys.executable, os.path.join(MODELS_DIR, "export_models.py"), name, "--size", "small", "--out", onnx_path,
-           "--reference-dir", ref, "--quiet", "--case"] + cases
-    proc, _ = run_cmd(cmd, args.timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"export failed: {tail(proc.stderr)}")
+    kiln_e2e.export_model(name, "small", onnx_path, ref, cases, args.timeout)
     engine = os.path.join(work, f"{name}.small.engine")
-    report = build(name, os.path.join(CONFIGS_DIR, m["config"]), onnx_path, engine, args, res)
+    report = build(name, os.path.join(kiln_e2e.CONFIGS_DIR, m["config"]), onnx_path, engine, args, res)
     if not report:
         return
     check_report(name, report, list(m["profiles"]), m["layers"], res)
+    spec = export_models.spec_for(name, "small")
     for profile, cs in m["profiles"].items():
         for case in cs:
-            d = os.path.join(ref, export_models.sanitize(case))
-            inputs = {n: os.path.join(d, "inputs", export_models.sanitize(n) + ".npy") for n in spec.input_names}
-            expected = {o: np.load(os.path.join(d, "expected", export_models.sanitize(o) + ".npy"))
-                        for o in spec.output_names}
-            compare(name, engine, profile, case, inputs, expected, os.path.join(work, "out", export_models.sanitize(case)),
-                    args, res)
+            inputs, expected = kiln_e2e.reference_case(ref, case, spec)
+            kiln_e2e.run_and_compare(res, f"[engine] {name} {profile} {case}", args.engine_run, engine, inputs, expected,
+                                     os.path.join(work, "out", export_models.sanitize(case)), profile=profile,
+                                     timeout=args.timeout)
 
 
 def variant(name, args, res):
@@ -196,25 +120,18 @@ def variant(name, args, res):
             case = ",".join(f"{k}={v}" for k, v in dims.items())
             arrays = spec.make_inputs(**dims)
             d = os.path.join(work, "cases", export_models.sanitize(case))
-            inputs = save_npys(os.path.join(d, "inputs"), arrays)
+            inputs = kiln_e2e.save_npys(os.path.join(d, "inputs"), arrays)
             expected = attention_variants.run(model, spec, arrays)
-            compare(name, engine, profile, case, inputs, expected, os.path.join(d, "out"), args, res)
+            kiln_e2e.run_and_compare(res, f"[engine] {name} {profile} {case}", args.engine_run, engine, inputs, expected,
+                                     os.path.join(d, "out"), profile=profile, timeout=args.timeout)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engine-build", required=True)
-    p.add_argument("--engine-run", required=True)
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--timeout", type=float, default=900, help="seconds per command")
+    p = kiln_e2e.tool_parser(__doc__)
     names = list(KILN_MODELS) + list(attention_variants.VARIANTS)
     p.add_argument("--only", action="append", choices=names, help="only these models (default: all)")
-    args = p.parse_args()
-    args.engine_build = os.path.abspath(args.engine_build)
-    args.engine_run = os.path.abspath(args.engine_run)
-    args.workdir = os.path.abspath(args.workdir)
-    os.makedirs(args.workdir, exist_ok=True)
-    res = Results()
+    args = kiln_e2e.parse_tool_args(p)
+    res = kiln_e2e.Results()
     for name in args.only or names:
         print(f"== {name}", flush=True)
         try:
@@ -222,11 +139,8 @@ def main():
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             traceback.print_exc()
             res.record(f"[{name}] setup", False, f"{type(e).__name__}: {e}")
-    print(f"{res.passed} passed, {len(res.failed)} failed", flush=True)
-    for n in res.failed:
-        print(f"  FAILED {n}", flush=True)
-    sys.exit(1 if res.failed else 0)
+    return res.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,14 +3,17 @@
 stderr that names the problem, and never crash (no signal, no 'internal error').
 
   test_cli_errors.py --engine-run PATH --engine-build PATH --workdir DIR"""
-import argparse
+import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kiln_e2e  # noqa: E402
 
 
 def make_model(path):
@@ -22,13 +25,8 @@ def make_model(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--engine-run", required=True)
-    ap.add_argument("--engine-build", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
+    a = kiln_e2e.parse_tool_args(kiln_e2e.tool_parser(__doc__, timeout=None))
     work = pathlib.Path(a.workdir)
-    work.mkdir(parents=True, exist_ok=True)
     model = work / "add.onnx"
     make_model(str(model))
     good = work / "x.npy"
@@ -65,43 +63,20 @@ def main():
         ("streaming unknown profile", [eb, str(work / "stream_bad_profile.yaml"), "--no-bench"], ["'q'"]),
         ("bad --set", [eb, str(work / "ok.yaml"), "--set", "benchmark.iterations=zero", "--no-bench"], ["benchmark.iterations"]),
     ]
-    passed = failed = 0
+    res = kiln_e2e.Results()
     for name, cmd, needles in cases:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("usage:") and not l.startswith("  ") and not l.startswith("[engine-build]")]
-        problems = []
-        if r.returncode <= 0:
-            problems.append(f"exit code {r.returncode}")
-        if len(lines) != 1:
-            problems.append(f"{len(lines)} error lines: {lines}")
-        if "internal error" in r.stderr:
-            problems.append("internal error")
-        for n in needles:
-            if n not in r.stderr:
-                problems.append(f"message lacks {n!r}")
-        if problems:
-            failed += 1
-            print(f"FAIL {name}: {'; '.join(problems)}\n     stderr: {r.stderr.strip()}")
-        else:
-            passed += 1
-            print(f"PASS {name}: {lines[0]}")
+        r, _ = kiln_e2e.run_cmd(cmd, 120)
+        res.check(name, kiln_e2e.one_line_error_problems(r, needles), r.stderr.strip())
     # The good paths still work, and a built engine rejects a shape outside its profile.
-    r = subprocess.run([eb, str(work / "ok.yaml"), "--no-bench"], capture_output=True, text=True, timeout=300)
+    r, _ = kiln_e2e.run_cmd([eb, str(work / "ok.yaml"), "--no-bench"], 300)
+    res.record("engine-build ok.yaml", r.returncode == 0, r.stderr.strip())
     if r.returncode == 0:
         np.save(work / "x5.npy", np.ones((5, 4), np.float32))
-        r2 = subprocess.run([er, str(work / "add.engine"), "--profile", "p", "--input", f"x={work / 'x5.npy'}", "--output-dir", out],
-                            capture_output=True, text=True, timeout=120)
-        if r2.returncode != 0 and "outside profile 'p' range [1, 4]" in r2.stderr and len(r2.stderr.strip().splitlines()) == 1:
-            passed += 1
-            print(f"PASS shape outside profile: {r2.stderr.strip()}")
-        else:
-            failed += 1
-            print(f"FAIL shape outside profile: exit {r2.returncode}, stderr {r2.stderr.strip()}")
-    else:
-        failed += 1
-        print(f"FAIL engine-build ok.yaml: {r.stderr.strip()}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        r2, _ = kiln_e2e.run_cmd([er, str(work / "add.engine"), "--profile", "p", "--input", f"x={work / 'x5.npy'}",
+                                  "--output-dir", out], 120)
+        res.check("shape outside profile", kiln_e2e.one_line_error_problems(r2, ["outside profile 'p' range [1, 4]"]),
+                  r2.stderr.strip())
+    return res.finish()
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ Small model sizes (models/README.md), so it runs in a few minutes on 2 cores. Ch
   1. ControlTransformer, tests/e2e/configs/control_transformer_small.yaml: profiles `full` (timesteps
      1..6..6 on an empty cache) and `incremental` (1 timestep on 1..5..5 cached timesteps). Built with
      --no-bench, and once more with a 3-iteration benchmark whose report JSON is checked (with the
-     layer profile and GFLOP/s keys; test_layer_profile.py checks their values). Each profile
+     layer profile and GFLOP/s keys; test_layer_profile.py checks their values); the two builds share
+     a timing cache, so they must write identical engine files. Each profile
      is run at its min, opt and max shapes and at shapes in between, against PyTorch references from
      `export_models.py --case full:T=N / incremental:T=1,cached=N` (the cache comes from a PyTorch
-     full forward over the earlier timesteps), np.allclose(atol 1e-4, rtol 1e-3).
+     full forward over the earlier timesteps), kiln_e2e.compare_arrays (atol 1e-4, rtol 1e-3).
   2. GPT-2, tests/e2e/configs/gpt2_small.yaml: profiles `prefill` (seq 1..16..32, past 0) and `decode`
      (seq 1, past 1..24..40), the same way (cases prefill:seq=N / decode:seq=1,past=N).
   3. Range errors: inputs outside a profile's range (and a fixed dim, inconsistent dims, an unknown
@@ -18,27 +19,21 @@ Small model sizes (models/README.md), so it runs in a few minutes on 2 cores. Ch
   4. Engine size: the engine file is at most 1.05 x the ONNX file (weights stored once for all profiles).
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
 """
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-MODELS_DIR = os.path.join(REPO, "models")
-CONFIGS_DIR = os.path.join(HERE, "configs")
-EXPORT_SCRIPT = os.path.join(MODELS_DIR, "export_models.py")
-sys.path.insert(0, MODELS_DIR)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import kiln_e2e  # noqa: E402  (puts models/ on the path)
+from kiln_e2e import tail  # noqa: E402
 import export_models  # noqa: E402
 
 SIZE = "small"
-ATOL, RTOL = 1e-4, 1e-3
 SIZE_FACTOR = 1.05
 CT_TPT = 34  # control transformer tokens per timestep at the small size
 
@@ -65,63 +60,16 @@ MODELS = {
 }
 
 
-class Results:
-    def __init__(self):
-        self.passed = 0
-        self.failed = []
-        self.timings = []
-
-    def record(self, name, ok, detail=""):
-        print(f"{'PASS' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}", flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed.append(name)
-
-    def timed(self, label, seconds):
-        self.timings.append((label, seconds))
-
-
-def run_cmd(cmd, timeout):
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
-
-
-def tail(text, n=2000):
-    return text if len(text) <= n else "..." + text[-n:]
-
-
 def all_cases(model):
     return [c for cases in MODELS[model]["profiles"].values() for c, _ in cases]
 
 
-def prepare(model, workdir, timeout, res):
-    """Exports MODEL.small.onnx and writes every reference case, unless an up-to-date export is there."""
-    onnx_path = os.path.join(workdir, f"{model}.{SIZE}.onnx")
-    ref_dir = os.path.join(workdir, "ref", model)
-    cases = all_cases(model)
-    newest_script = max(os.path.getmtime(os.path.join(MODELS_DIR, f))
-                        for f in os.listdir(MODELS_DIR) if f.endswith(".py"))
-    fresh = os.path.exists(onnx_path) and os.path.getmtime(onnx_path) > newest_script
-    if fresh and all(os.path.isdir(os.path.join(ref_dir, export_models.sanitize(c), "expected")) for c in cases):
-        print(f"  {model}: export and references in {workdir} are up to date", flush=True)
-        return onnx_path, ref_dir
-    cmd = [sys.executable, EXPORT_SCRIPT, model, "--size", SIZE, "--out", onnx_path,
-           "--reference-dir", ref_dir, "--quiet", "--case"] + cases
-    proc, secs = run_cmd(cmd, timeout)
-    res.timed(f"export {model} + {len(cases)} PyTorch references", secs)
-    if proc.returncode != 0:
-        raise RuntimeError(f"export failed ({proc.returncode}): {' '.join(cmd)}\n{tail(proc.stderr)}")
-    return onnx_path, ref_dir
-
-
 def build(model, onnx_path, engine_path, report_path, args, res, bench):
-    config = os.path.join(CONFIGS_DIR, MODELS[model]["config"])
-    cmd = [args.engine_build, config, "--set", f"model={onnx_path}", "--output", engine_path, "--report", report_path]
-    cmd += ["--set", "benchmark.iterations=3", "--set", "benchmark.warmup=1"] if bench else ["--no-bench"]
-    print("  $ " + " ".join(cmd), flush=True)
-    proc, secs = run_cmd(cmd, args.timeout)
+    config = os.path.join(kiln_e2e.CONFIGS_DIR, MODELS[model]["config"])
+    sets = [f"tactics.timing_cache={os.path.join(os.path.dirname(engine_path), model + '.timing_cache')}"]
+    sets += ["benchmark.iterations=3", "benchmark.warmup=1"] if bench else []
+    proc, secs = kiln_e2e.engine_build(args.engine_build, config, engine_path, model=onnx_path, report=report_path,
+                                       bench=bench, sets=sets, timeout=args.timeout)
     res.timed(f"engine-build {model}{' (benchmark 1+3 runs)' if bench else ' --no-bench'}", secs)
     name = f"[build] {model}{' with benchmark' if bench else ' --no-bench'}"
     ok = proc.returncode == 0 and os.path.exists(engine_path)
@@ -214,93 +162,40 @@ def check_streaming(st, bench):
 
 
 def case_inputs(ref_dir, case, input_names):
-    d = os.path.join(ref_dir, export_models.sanitize(case), "inputs")
-    return {n: os.path.join(d, export_models.sanitize(n) + ".npy") for n in input_names}
-
-
-def input_args(paths):
-    args = []
-    for name, path in paths.items():
-        args += ["--input", f"{name}={path}"]
-    return args
+    return kiln_e2e.npy_paths(os.path.join(ref_dir, export_models.sanitize(case), "inputs"), input_names)
 
 
 def compare_case(model, spec, engine_path, ref_dir, profile, case, point, workdir, args, res):
-    inputs = case_inputs(ref_dir, case, spec.input_names)
-    out_dir = os.path.join(workdir, "out", model, profile, export_models.sanitize(case))
-    # Outputs of the second run: a steady-state run on the planned arena.
-    cmd = [args.engine_run, engine_path, "--profile", profile] + input_args(inputs) + ["--output-dir", out_dir, "--iterations", "2"]
-    proc, secs = run_cmd(cmd, args.timeout)
-    res.timed(f"engine-run {model} {profile} {case}", secs)
+    inputs, expected = kiln_e2e.reference_case(ref_dir, case, spec)
     shapes = ", ".join(f"{n} {list(np.load(p, mmap_mode='r').shape)}" for n, p in inputs.items()
                        if n in ("cached_kv", "mask", "input_ids", "past_key_0", "batch_data_cam_front_left"))
-    name = f"[engine] {model} profile {profile} {case} ({point})"
-    if proc.returncode != 0:
-        res.record(name, False, f"engine-run exit {proc.returncode} ({shapes}): {tail(proc.stderr)}")
-        return
-    exp_dir = os.path.join(ref_dir, export_models.sanitize(case), "expected")
-    problems, errs = [], []
-    for out in spec.output_names:
-        fname = export_models.sanitize(out) + ".npy"
-        expected = np.load(os.path.join(exp_dir, fname))
-        got_path = os.path.join(out_dir, fname)
-        if not os.path.exists(got_path):
-            problems.append(f"{out}: no output file")
-            continue
-        got = np.load(got_path)
-        if got.dtype != expected.dtype or got.shape != expected.shape:
-            problems.append(f"{out}: {got.dtype} {list(got.shape)} instead of {expected.dtype} {list(expected.shape)}")
-            continue
-        err = float(np.max(np.abs(got.astype(np.float64) - expected))) if got.size else 0.0
-        errs.append(f"{out} {err:.2e}")
-        if not np.allclose(got, expected, atol=ATOL, rtol=RTOL):
-            problems.append(f"{out}: max abs err {err:.3e} exceeds atol {ATOL} rtol {RTOL}")
-    detail = f"{shapes}; {secs:.2f} s; max abs err " + ", ".join(errs)
-    res.record(name, not problems, detail + ("; " + "; ".join(problems) if problems else ""))
+    out_dir = os.path.join(workdir, "out", model, profile, export_models.sanitize(case))
+    kiln_e2e.run_and_compare(res, f"[engine] {model} profile {profile} {case} ({point})", args.engine_run, engine_path,
+                             inputs, expected, out_dir, profile=profile, note=shapes, timeout=args.timeout)
 
 
 def pytorch_consistency(ref_dir, res):
     """The references themselves: full:T=6 and incremental(T=1 on 5 cached) agree in PyTorch."""
     full = os.path.join(ref_dir, "full_T_6", "expected")
     inc = os.path.join(ref_dir, "incremental_T_1_cached_5", "expected")
-    problems = []
-    for out in ("predictions", "projected_embeddings", "kv_cache"):
-        a, b = np.load(os.path.join(full, out + ".npy")), np.load(os.path.join(inc, out + ".npy"))
-        if a.shape != b.shape or not np.allclose(a, b, atol=1e-5):
-            problems.append(f"{out} differs: {a.shape} vs {b.shape}")
-    res.record("[pytorch] control_transformer full:T=6 == incremental:T=1,cached=5", not problems, "; ".join(problems))
+    names = ("predictions", "projected_embeddings", "kv_cache")
+    problems, errors = kiln_e2e.compare_arrays(kiln_e2e.load_npys(full, names), kiln_e2e.load_npys(inc, names), 1e-5, 1e-5)
+    res.check("[pytorch] control_transformer full:T=6 == incremental:T=1,cached=5", problems,
+              "max abs err " + ", ".join(errors))
 
 
 def expect_error(name, engine_run, engine_path, profile, inputs, must_contain, workdir, timeout, res):
-    """engine-run must fail: exit != 0 and exactly one stderr line containing every string of must_contain
-    (a tuple inside must_contain means any one of its strings)."""
-    cmd = [engine_run, engine_path] + (["--profile", profile] if profile is not None else []) + input_args(inputs)
+    """engine-run must fail with one stderr line containing every string of must_contain (a tuple inside
+    must_contain means any one of its strings): kiln_e2e.one_line_error_problems."""
+    cmd = [engine_run, engine_path] + (["--profile", profile] if profile is not None else []) + kiln_e2e.input_args(inputs)
     cmd += ["--output-dir", os.path.join(workdir, "out", "errors")]
-    proc, _ = run_cmd(cmd, timeout)
-    lines = proc.stderr.strip().splitlines()
-    problems = []
-    if proc.returncode == 0:
-        problems.append("exit status 0")
-    elif proc.returncode < 0:
-        problems.append(f"killed by signal {-proc.returncode}")
-    if len(lines) != 1:
-        problems.append(f"{len(lines)} stderr lines")
-    for want in must_contain:
-        alts = want if isinstance(want, tuple) else (want,)
-        if not any(a in proc.stderr for a in alts):
-            problems.append(f"stderr lacks {' or '.join(repr(a) for a in alts)}")
-    detail = f"exit {proc.returncode}: {proc.stderr.strip()[:400]!r}"
-    res.record(f"[error] {name}", not problems, detail + ("; " + "; ".join(problems) if problems else ""))
+    proc, _ = kiln_e2e.run_cmd(cmd, timeout)
+    res.check(f"[error] {name}", kiln_e2e.one_line_error_problems(proc, must_contain),
+              f"exit {proc.returncode}: {proc.stderr.strip()[:400]!r}")
 
 
 def write_inputs(workdir, tag, arrays):
-    d = os.path.join(workdir, "bad_inputs", tag)
-    os.makedirs(d, exist_ok=True)
-    paths = {}
-    for name, a in arrays.items():
-        paths[name] = os.path.join(d, export_models.sanitize(name) + ".npy")
-        np.save(paths[name], np.ascontiguousarray(a))
-    return paths
+    return kiln_e2e.save_npys(os.path.join(workdir, "bad_inputs", tag), arrays)
 
 
 def load_inputs(ref_dir, case, names):
@@ -397,25 +292,20 @@ def check_size(model, engine_path, onnx_path, res):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engine-build", required=True)
-    p.add_argument("--engine-run", required=True)
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--timeout", type=float, default=900, help="seconds per command")
+    p = kiln_e2e.tool_parser(__doc__)
     p.add_argument("--model", action="append", choices=list(MODELS), help="only these models (default: all)")
-    args = p.parse_args()
-    args.engine_build = os.path.abspath(args.engine_build)
-    args.engine_run = os.path.abspath(args.engine_run)
-    workdir = os.path.abspath(args.workdir)
-    os.makedirs(workdir, exist_ok=True)
-    res = Results()
+    args = kiln_e2e.parse_tool_args(p)
+    workdir = args.workdir
+    res = kiln_e2e.Results()
     start = time.perf_counter()
 
     for model in args.model or list(MODELS):
         print(f"== {model} ({SIZE})", flush=True)
         try:
             spec = export_models.spec_for(model, SIZE)
-            onnx_path, ref_dir = prepare(model, workdir, args.timeout, res)
+            onnx_path = os.path.join(workdir, f"{model}.{SIZE}.onnx")
+            ref_dir = os.path.join(workdir, "ref", model)
+            kiln_e2e.export_model(model, SIZE, onnx_path, ref_dir, all_cases(model), args.timeout, res)
             profiles = list(MODELS[model]["profiles"])
             engine = os.path.join(workdir, f"{model}.{SIZE}.engine")
             if not build(model, onnx_path, engine, engine + ".report.json", args, res, bench=False):
@@ -425,9 +315,11 @@ def main():
                 bench_engine = os.path.join(workdir, f"{model}.{SIZE}.bench.engine")
                 if build(model, onnx_path, bench_engine, bench_engine + ".report.json", args, res, bench=True):
                     check_report(model, bench_engine + ".report.json", bench_engine, profiles, True, res)
-                    same = open(engine, "rb").read() == open(bench_engine, "rb").read()
-                    print(f"    (info) the two builds wrote {'identical' if same else 'different'} engine files",
-                          flush=True)
+                    # Both builds share a timing cache, so the second times nothing and must write the same bytes.
+                    with open(engine, "rb") as a, open(bench_engine, "rb") as b:
+                        same = a.read() == b.read()
+                    res.record(f"[deterministic] {model}: the two builds with one timing cache wrote identical engines",
+                               same, "" if same else f"{engine} and {bench_engine} differ")
                 pytorch_consistency(ref_dir, res)
             check_size(model, engine, onnx_path, res)
             for profile, cases in MODELS[model]["profiles"].items():
@@ -439,14 +331,8 @@ def main():
             traceback.print_exc()
             res.record(f"[setup] {model}", False, f"{type(e).__name__}: {e}")
 
-    print("\ntimings:")
-    for label, secs in res.timings:
-        print(f"  {secs:7.2f} s  {label}")
-    print(f"  {time.perf_counter() - start:7.2f} s  total")
-    if res.failed:
-        print("failed: " + ", ".join(res.failed))
-    print(f"{res.passed} passed, {len(res.failed)} failed")
-    return 1 if res.failed else 0
+    res.timed("total", time.perf_counter() - start)
+    return res.finish()
 
 
 if __name__ == "__main__":

@@ -14,16 +14,19 @@ Checks:
   3. engine-run MODEL.onnx --profile-layers alone (no --output-dir / --iterations).
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
 """
-import argparse
 import json
+import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kiln_e2e  # noqa: E402
 
 EXPECTED_FLOPS = 1024 + 512 + 96
 
@@ -50,21 +53,9 @@ def make_model(path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-class Results:
-    def __init__(self):
-        self.passed, self.failed = 0, []
-
-    def record(self, name, problems):
-        print(f"{'FAIL' if problems else 'PASS'} {name}{': ' + '; '.join(problems) if problems else ''}", flush=True)
-        if problems:
-            self.failed.append(name)
-        else:
-            self.passed += 1
-
-
 def run(cmd):
-    print("  $ " + " ".join(cmd), flush=True)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    print("  $ " + " ".join(str(c) for c in cmd), flush=True)
+    return kiln_e2e.run_cmd(cmd, 600)[0]
 
 
 def check_trace(path, expected_layers):
@@ -101,20 +92,15 @@ def check_trace(path, expected_layers):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engine-build", required=True)
-    ap.add_argument("--engine-run", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
+    a = kiln_e2e.parse_tool_args(kiln_e2e.tool_parser(__doc__, timeout=None))
     work = pathlib.Path(a.workdir)
-    work.mkdir(parents=True, exist_ok=True)
     model = work / "tiny.onnx"
     make_model(str(model))
     np.save(work / "x.npy", np.linspace(-1, 1, 4 * 8, dtype=np.float32).reshape(4, 8))
     (work / "tiny.yaml").write_text(
         "model: tiny.onnx\noutput: tiny.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 4, max: 8}}\n"
         "benchmark: {rate_hz: 10, warmup: 1, iterations: 3}\n")
-    res = Results()
+    res = kiln_e2e.Results()
 
     proc = run([a.engine_build, str(work / "tiny.yaml"), "--report", str(work / "report.json")])
     problems = [] if proc.returncode == 0 else [f"exit {proc.returncode}: {proc.stderr[-2000:]}"]
@@ -152,7 +138,7 @@ def main():
         want = {"FusedMatMul": 1024e-9 + 512e-9, "FusedConv": 96e-9}  # and the Conv a FusedConv
         if set(gflop_by_op) != set(want) or any(abs(gflop_by_op[k] - v) > 1e-12 for k, v in want.items()):
             problems.append(f"gflop_by_op_type {gflop_by_op!r} != {want}")
-    res.record("[report] engine-build layers, gflop, gflops_per_s, peak_fraction", problems)
+    res.check("[report] engine-build layers, gflop, gflops_per_s, peak_fraction", problems)
 
     engine = work / "tiny.engine"
     proc = run([a.engine_run, "--inspect", str(engine)])
@@ -167,7 +153,7 @@ def main():
         problems = check_trace(trace, layers)
         if "layer profile:" not in proc.stdout or "latency over 3 iterations" not in proc.stdout:
             problems.append(f"stdout: {proc.stdout}")
-    res.record(f"[trace] engine-run ENGINE --iterations 3 --profile-layers ({len(layers)} layers)", problems)
+    res.check(f"[trace] engine-run ENGINE --iterations 3 --profile-layers ({len(layers)} layers)", problems)
 
     trace = work / "trace_onnx.json"
     proc = run([a.engine_run, str(model), "--input", f"x={work / 'x.npy'}", "--profile-layers", str(trace)])
@@ -177,10 +163,9 @@ def main():
         other = json.loads(trace.read_text())["otherData"]
         if float(other.get("gflop", 0)) * 1e9 != EXPECTED_FLOPS:
             problems.append(f"otherData {other}")
-    res.record("[trace] engine-run MODEL.onnx --profile-layers alone", problems)
+    res.check("[trace] engine-run MODEL.onnx --profile-layers alone", problems)
 
-    print(f"{res.passed} passed, {len(res.failed)} failed")
-    return 1 if res.failed else 0
+    return res.finish()
 
 
 if __name__ == "__main__":

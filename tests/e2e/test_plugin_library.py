@@ -4,8 +4,9 @@ node (made with onnx.helper) is built with `plugins: {load: [...]}`, run by engi
 with numpy; the failure cases exit non-zero with exactly one line on stderr naming the problem.
 
   test_plugin_library.py --engine-build PATH --engine-run PATH --plugin LIB --bad-api-plugin LIB --workdir DIR"""
-import argparse
+import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,10 @@ import sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kiln_e2e  # noqa: E402
 
 
 def make_model(path, domain="example", op="ScaledTanh"):
@@ -34,15 +39,11 @@ def config(work, name, model, libs):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--engine-build", required=True)
-    ap.add_argument("--engine-run", required=True)
-    ap.add_argument("--plugin", required=True)
-    ap.add_argument("--bad-api-plugin", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    a.engine_build, a.engine_run = str(pathlib.Path(a.engine_build).resolve()), str(pathlib.Path(a.engine_run).resolve())
-    work = pathlib.Path(a.workdir).resolve()
+    ap = kiln_e2e.tool_parser(__doc__, timeout=None)
+    ap.add_argument("--plugin", required=True, help="the example plugin library")
+    ap.add_argument("--bad-api-plugin", required=True, help="a plugin library built for another API version")
+    a = kiln_e2e.parse_tool_args(ap)
+    work = pathlib.Path(a.workdir)
     shutil.rmtree(work, ignore_errors=True)
     (work / "lib").mkdir(parents=True)
     lib = work / "lib" / "libscaled_tanh.so"
@@ -50,12 +51,10 @@ def main():
     shutil.copy(a.bad_api_plugin, work / "lib" / "libbad_api.so")
     make_model(str(work / "st.onnx"))
     make_model(str(work / "acme.onnx"), "acme", "Frobnicate")
-    failures = 0
+    res = kiln_e2e.Results()
 
     def check(label, ok, detail=""):
-        nonlocal failures
-        print(("PASS " if ok else "FAIL ") + label + ("" if ok else ": " + detail))
-        failures += 0 if ok else 1
+        res.record(label, ok, "" if ok else detail)
 
     # Build, then run at a shape other than opt, in a fresh process that loads the recorded library.
     b = subprocess.run([a.engine_build, config(work, "good", "st.onnx", ["lib/libscaled_tanh.so"]), "--no-bench"],
@@ -63,25 +62,21 @@ def main():
     check("build with the plugin", b.returncode == 0, b.stderr)
     x = np.linspace(-3, 3, 5 * 4, dtype=np.float32).reshape(5, 4)
     np.save(work / "x.npy", x)
+    # The engine finds its library by name and version on the plugin search path (--plugin-dir here).
     r = subprocess.run([a.engine_run, str(work / "good.engine"), "--profile", "p", "--input", f"x={work / 'x.npy'}",
                         "--output-dir", str(work / "out"), "--plugin-dir", str(work / "lib")], capture_output=True, text=True)
     check("engine-run", r.returncode == 0, r.stderr)
     if r.returncode == 0:
-        y = np.load(work / "out" / "y.npy")
-        want = np.square(1.5 * np.tanh(0.75 * x))
-        check("outputs match numpy", y.shape == want.shape and np.allclose(y, want, rtol=1e-5, atol=1e-6),
-              f"max abs err {np.abs(y - want).max() if y.shape == want.shape else y.shape}")
+        problems, errors = kiln_e2e.compare_outputs({"y": np.square(1.5 * np.tanh(0.75 * x))}, work / "out", 1e-6, 1e-5)
+        res.check("outputs match numpy", problems, "max abs err " + ", ".join(errors))
     i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine"), "--plugin-dir", str(work / "lib")], capture_output=True, text=True)
-    check("inspect shows the plugin layer", i.returncode == 0 and "plugin" in i.stdout, i.stdout + i.stderr)
+    # The layer table row: index, op, kernel, name.
+    check("inspect shows the plugin layer", i.returncode == 0 and bool(re.search(r"^\s+0\s+ScaledTanh\s+plugin\s+scaled$", i.stdout, re.M)),
+          i.stdout + i.stderr)
 
     def expect_error(label, cmd, needles, cwd=work):
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-        # engine-build's progress lines ("[engine-build] ...") precede the error.
-        lines = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("[engine-build]")]
-        err = lines[0] if len(lines) == 1 else p.stderr.strip()
-        ok = p.returncode > 0 and len(lines) == 1 and "internal error" not in err
-        ok = ok and all(n in err for n in needles)
-        check(f"{label}: {err}", ok, f"rc={p.returncode} stderr={p.stderr!r}")
+        res.check(label, kiln_e2e.one_line_error_problems(p, needles), p.stderr.strip())
 
     expect_error("unregistered custom op", [a.engine_build, config(work, "acme", "acme.onnx", []), "--no-bench"],
                  ["node 'scaled' (acme::Frobnicate)", "plugins: {load: [...]}"])
@@ -97,8 +92,7 @@ def main():
     expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--profile", "p", "--input",
                                                     f"x={work / 'x.npy'}", "--output-dir", str(work / "out2"), "--plugin-dir",
                                                     str(work / "lib")], ["'kiln example plugins' version 1.0", str(work / "lib")])
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    return res.finish()
 
 
 if __name__ == "__main__":

@@ -6,20 +6,19 @@
 The loop of seed 000: one full forward over 6 timesteps, then one incremental step per new timestep
 attending to the 5 most recent cached timesteps (the window drops the oldest). PyTorch runs the same
 loop with the cache sliced to the window before every step. Every step's predictions and its state
-(kv_cache, projected_embeddings) must match within atol 1e-4 / rtol 1e-3. engine-build's own
+(kv_cache, projected_embeddings) must match (kiln_e2e.compare_arrays: atol 1e-4, rtol 1e-3). engine-build's own
 streaming checks (equivalence, paced benchmark) run as part of the build. `N passed, N failed`.
 """
-import argparse
 import os
-import subprocess
+import re
+import shutil
 import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import kiln_e2e  # noqa: E402  (puts models/ on the path)
 import control_transformer as ct  # noqa: E402
 import export_models  # noqa: E402
 
@@ -27,34 +26,30 @@ SIZE = "small"
 COLD_T = 6
 STEPS = 16  # incremental steps after the cold start: the window slides from the first, the ring wraps (512 rows) after ~9
 WINDOW_STEPS = 5
-ATOL, RTOL = 1e-4, 1e-3
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--engine-build", required=True)
-    ap.add_argument("--engine-run", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    a.workdir = os.path.abspath(a.workdir)
-    os.makedirs(a.workdir, exist_ok=True)
+    a = kiln_e2e.parse_tool_args(kiln_e2e.tool_parser(__doc__))
     onnx_path = os.path.join(a.workdir, "control_transformer.small.onnx")
     export_models.export("control_transformer", SIZE, onnx_path)
     engine = os.path.join(a.workdir, "ct_stream.engine")
-    config = os.path.join(HERE, "configs", "control_transformer_small.yaml")
-    build = subprocess.run([a.engine_build, config, "--set", f"model={onnx_path}", "--output", engine, "--report",
-                            engine + ".report.json", "--set", "benchmark.iterations=2", "--set", "benchmark.warmup=1",
-                            "--set", "streaming.steps=3"], capture_output=True, text=True, timeout=900)
+    config = os.path.join(kiln_e2e.CONFIGS_DIR, "control_transformer_small.yaml")
+    res = kiln_e2e.Results()
+    build, _ = kiln_e2e.engine_build(a.engine_build, config, engine, model=onnx_path, bench=True,
+                                     sets=["benchmark.iterations=2", "benchmark.warmup=1", "streaming.steps=3"],
+                                     timeout=a.timeout)
     if build.returncode != 0:
-        print(f"FAIL engine-build: {build.stderr[-3000:]}")
-        print("0 passed, 1 failed")
-        return 1
+        res.record("engine-build", False, kiln_e2e.tail(build.stderr, 3000))
+        return res.finish()
 
     # The inputs of every step, and PyTorch's loop over them.
     model = ct.build_model(SIZE)
     tpt = ct.tokens_per_timestep(SIZE)
     batch = ct.random_batch(SIZE, COLD_T + STEPS, seed=7)
     stream_dir = os.path.join(a.workdir, "stream_in")
+    out_dir = os.path.join(a.workdir, "stream_out")
+    for d in (stream_dir, out_dir):  # no step folder or output of an earlier run may take part
+        shutil.rmtree(d, ignore_errors=True)
     expected = []
     cache = ct.empty_cache(SIZE)
     for k in range(STEPS + 1):
@@ -71,40 +66,21 @@ def main():
         expected.append(out)
         cache = (out["projected_embeddings"], out["kv_cache"])
 
-    out_dir = os.path.join(a.workdir, "stream_out")
-    run = subprocess.run([a.engine_run, engine, "--stream", stream_dir, "--output-dir", out_dir], capture_output=True, text=True, timeout=600)
-    passed = failed = 0
+    run, _ = kiln_e2e.run_cmd([a.engine_run, engine, "--stream", stream_dir, "--output-dir", out_dir], a.timeout)
     if run.returncode != 0:
-        print(f"FAIL engine-run --stream: exit {run.returncode}: {run.stderr.strip()}")
-        failed += 1
-    else:
-        print(run.stdout.strip())
-        for k, want in enumerate(expected):
-            problems = []
-            for name in ct.OUTPUT_NAMES:
-                got = np.load(os.path.join(out_dir, f"step_{k:03d}", name + ".npy"))
-                if got.shape != want[name].shape:
-                    problems.append(f"{name} shape {got.shape} != {want[name].shape}")
-                elif not np.allclose(got, want[name], atol=ATOL, rtol=RTOL):
-                    problems.append(f"{name} max abs err {np.abs(got - want[name]).max():.3g}")
-            err = max(float(np.abs(np.load(os.path.join(out_dir, f"step_{k:03d}", n + ".npy")) - want[n]).max())
-                      for n in ct.OUTPUT_NAMES) if not problems else float("nan")
-            label = f"[stream] step {k} ({'cold start, 6 timesteps' if k == 0 else 'incremental on the 5-step window'})"
-            if problems:
-                failed += 1
-                print(f"FAIL {label}: {'; '.join(problems)}")
-            else:
-                passed += 1
-                print(f"PASS {label}: max abs err {err:.2e}")
-        # Every incremental step kept its state in place (the CLI says so otherwise).
-        if "not in place" in run.stdout:
-            failed += 1
-            print("FAIL [stream] a step did not keep its state in place")
-        else:
-            passed += 1
-            print("PASS [stream] every step kept its state in place")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        res.record("engine-run --stream", False, f"exit {run.returncode}: {run.stderr.strip()}")
+        return res.finish()
+    print(run.stdout.strip())
+    for k, want in enumerate(expected):
+        problems, errors = kiln_e2e.compare_outputs(want, os.path.join(out_dir, f"step_{k:03d}"))
+        label = f"[stream] step {k} ({'cold start, 6 timesteps' if k == 0 else 'incremental on the 5-step window'})"
+        res.check(label, problems, "max abs err " + ", ".join(errors))
+    # One line per step, each keeping its state in place (the CLI appends "(state not in place)" otherwise).
+    lines = [l for l in run.stdout.splitlines() if re.match(r"step_\d{3}: (cold start|step) ", l)]
+    problems = [] if len(lines) == STEPS + 1 else [f"{len(lines)} step lines for {STEPS + 1} steps"]
+    problems += [f"not in place: {l}" for l in lines if "not in place" in l]
+    res.check("[stream] every step kept its state in place", problems)
+    return res.finish()
 
 
 if __name__ == "__main__":

@@ -66,6 +66,16 @@ class ScaledTanhBuild final : public kiln::PluginBuild {
     outputs[0] = TensorDesc{DType::kFloat32, inputs[0].shape};
     return Status::Ok();
   }
+  // Elementwise: the output has the input's (possibly symbolic) shape, so the builder keeps the
+  // model's dynamic dims past this op.
+  Status infer_symbolic(std::span<const kiln::SymbolicTensorDesc> inputs, std::span<kiln::SymbolicTensorDesc> outputs,
+                        kiln::ShapeExprBuilder&) const noexcept override {
+    KILN_RETURN_IF_ERROR(check_inputs(inputs.size(), inputs.empty() ? DType::kUndefined : inputs[0].dtype));
+    if (outputs.size() != 1) return kiln::InvalidArgument("ScaledTanh has 1 output, got " + std::to_string(outputs.size()));
+    outputs[0] = inputs[0];
+    outputs[0].dtype = DType::kFloat32;
+    return Status::Ok();
+  }
   // Every field, defaults included, so the engine recreates exactly this plugin.
   AttrMap fields() const noexcept override { return {{"alpha", Attribute::Float(alpha_)}, {"beta", Attribute::Float(beta_)}}; }
   StatusOr<std::unique_ptr<kiln::PluginRun>> create_run() const noexcept override {

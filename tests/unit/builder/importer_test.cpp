@@ -1,5 +1,5 @@
 // ONNX importer: initializers in raw and typed fields, external data, Constant nodes, symbolic
-// dims, and malformed input that must fail with a clear error instead of crashing.
+// dims, legacy opsets, and malformed input that must fail with a clear error instead of crashing.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -49,7 +49,7 @@ TEST(Importer, TypedAndRawInitializersAndConstantNodes) {
   const Value& x = g->values[g->inputs[0]];
   ASSERT_TRUE(x.shape.has_value());
   EXPECT_TRUE((*x.shape)[0].is_symbol());
-  EXPECT_EQ((*x.shape)[0].symbol, "batch");
+  EXPECT_EQ((*x.shape)[0].sym_name(), "batch");
 }
 
 TEST(Importer, ExternalDataIsReadRelativeToTheModel) {
@@ -143,6 +143,49 @@ TEST(Importer, SubgraphAttributesAreUnsupportedNotIgnored) {
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("branch"), std::string::npos);
   EXPECT_NE(g.status().message().find("then_branch"), std::string::npos);
+}
+
+// Opset 1-5 models: ops whose definition has not changed since (per ONNX's schema registry) import;
+// ops redefined since fail by name instead of running with another meaning.
+TEST(Importer, LegacyOpsetModelsImportWhereTheirOpsAreUnchanged) {
+  OnnxModelBuilder b(1);
+  b.input("x", DType::kFloat32, {1, 3, 4, 4});
+  b.node("GlobalAveragePool", {"x"}, {"p"}, "pool");
+  b.node("Softplus", {"p"}, {"y"}, "softplus");
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->opset, 1);
+  EXPECT_EQ(g->nodes.size(), 2u);
+}
+
+TEST(Importer, LegacyOpsetOpsRedefinedSinceFailByName) {
+  OnnxModelBuilder b(5);
+  b.input("x", DType::kFloat32, {2, 3});
+  b.input("c", DType::kBool, {2, 3});
+  b.node("Not", {"c"}, {"n"}, "unchanged_not");  // unchanged since opset 1: not the error
+  b.node("Add", {"x", "x"}, {"y"}, "legacy_add");  // opset 1-5 Add has consumed_inputs and legacy broadcasting
+  b.output("y");
+  auto g = b.import();
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kUnimplemented);
+  const std::string& m = g.status().message();
+  EXPECT_NE(m.find("legacy_add"), std::string::npos) << m;
+  EXPECT_NE(m.find("Add was redefined in opset 6"), std::string::npos) << m;
+  EXPECT_NE(m.find("opset is 5"), std::string::npos) << m;
+  EXPECT_EQ(m.find("unchanged_not"), std::string::npos) << m;
+}
+
+TEST(Importer, OpsetsOutsideOneToMaxAreRejected) {
+  for (int opset : {0, 99}) {
+    OnnxModelBuilder b(opset);
+    b.input("x", DType::kFloat32, {2});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    auto g = b.import();
+    ASSERT_FALSE(g.ok()) << opset;
+    EXPECT_NE(g.status().message().find("opset " + std::to_string(opset)), std::string::npos) << g.status().message();
+  }
 }
 
 }  // namespace

@@ -132,5 +132,27 @@ TEST(PlanWinogradLayout, KeepsOnlyValuesBetweenWinogradConvsInNchw16c) {
   EXPECT_LE(vs_ref, 1e-4);
 }
 
+// The same rewrite as the winograd_layout plan pass, after tactic selection (here a hook that puts
+// the 3x3 convolutions on Winograd), and nothing of it when the pass is disabled.
+TEST(PlanWinogradLayout, IsAPlanPassAfterTacticSelection) {
+  if (!(host_cpu_features() & kCpuAvx512f)) GTEST_SKIP() << "oneDNN's Winograd convolution needs AVX-512";
+  auto g = resnet_like().import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  for (bool off : {false, true}) {
+    BuildOptions opts;
+    opts.tactics = [](Plan& plan, const ResolvedProfile&) {
+      for (auto& s : plan.steps)
+        if (s.op_type == "FusedConv") s.impl = s.name == "downsample" ? "onednn" : "onednn_winograd";
+      return Status::Ok();
+    };
+    if (off) opts.disabled_passes = {"winograd_layout"};
+    auto built = build_plan(*g, opts);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    int blocked = 0;
+    for (const auto& s : (*built)->steps) blocked += attr(s, "y_layout") == "nchw16c";
+    EXPECT_EQ(blocked, off ? 0 : 2);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

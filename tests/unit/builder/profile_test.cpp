@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "builder/build_profile.h"
 #include "builder/plan/build_plan.h"
 #include "builder/optimization_profile.h"
 #include "onnx_model_builder.h"

@@ -68,9 +68,11 @@ OnnxModelBuilder rotary_graph(const Options& o) {
   return b;
 }
 
+// Live nodes of `op` in the domain kiln gives it: its own fused ops are in kKilnDomain.
 int live(const Graph& g, const std::string& op) {
+  const std::string domain = op == "FusedRotary" ? std::string(kKilnDomain) : "";
   int n = 0;
-  for (const auto& node : g.nodes) n += !node.removed && node.op_type == op && node.domain.empty();
+  for (const auto& node : g.nodes) n += !node.removed && node.op_type == op && node.domain == domain;
   return n;
 }
 

@@ -362,6 +362,28 @@ TEST(PluginKernel, ConfigureSeesTheProfileRange) {
   std::filesystem::remove_all(dir);
 }
 
+// plugin_configuration is a plan pass: disabled, the plugin is never configured.
+TEST(PluginKernel, ConfigurationIsAPlanPassThatCanBeDisabled) {
+  register_test_plugins();
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_plugin_configure_off_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "m.onnx", std::ios::binary);
+    f << add_offset_model({"n"}, 0.5f).proto().SerializeAsString();
+  }
+  for (bool off : {false, true}) {
+    auto cfg = parse_build_config(std::string("model: m.onnx\noutput: m.engine\nprofiles:\n  p:\n    dims: {n: {min: 1, opt: 3, max: 5}}\n") +
+                                      (off ? "passes: {disable: [plugin_configuration]}\n" : ""),
+                                  (dir / "b.yaml").string());
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    add_v10().stats = {};
+    auto built = build_engine(*cfg, [](const std::string&) {});
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    EXPECT_EQ(add_v10().stats.configured.size(), off ? 0u : 1u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(PluginKernel, APluginNamedLikeAViewOpIsNotAView) {
   // A custom-domain "Identity" must run its plugin, not alias its input.
   Plan plan;

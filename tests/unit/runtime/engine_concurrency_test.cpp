@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "builder/build_profile.h"
 #include "builder/engine_writer.h"
 #include "builder/optimization_profile.h"
 #include "onnx_model_builder.h"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/build_profile.h"
 #include "builder/engine_writer.h"
 #include "builder/optimization_profile.h"
 #include "onnx_model_builder.h"

@@ -11,7 +11,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
 
-// Global (not static): tests/unit/streaming_session_test.cpp counts with them too.
+// Global (not static): tests/unit/runtime/streaming_session_test.cpp counts with them too.
 std::atomic<bool> g_counting{false};
 std::atomic<long> g_allocations{0};
 

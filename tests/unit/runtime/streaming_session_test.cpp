@@ -14,7 +14,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/streaming_session.h"
 
-// Counted by the operator new that tests/unit/execution_context_test.cpp replaces.
+// Counted by the operator new that tests/unit/runtime/execution_context_test.cpp replaces.
 extern std::atomic<bool> g_counting;
 extern std::atomic<long> g_allocations;
 

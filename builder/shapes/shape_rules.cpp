@@ -1,44 +1,20 @@
 // Per-op dtype and shape inference over symbolic dims. Ops with a rule here work with symbols;
 // every other op is inferred by its kernel once its input shapes are concrete (and any inputs that
-// describe shapes are constant).
+// describe shapes are constant). Shape arithmetic on small integer tensors is sym_values.cpp;
+// plugins are plugin_shapes.cpp.
 #include <cctype>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "builder/passes/pass.h"
-#include "builder/passes/sym_linear.h"
-#include "runtime/plugin_host/plugin_registry.h"
+#include "builder/shapes/shape_rules_common.h"
 #include "runtime/kernel.h"
 
 namespace kiln {
+namespace shape_rules {
 
 namespace {
-
-using Dims = std::vector<Dim>;
-
-const std::set<std::string> kSameShape = {
-    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
-    "Asinh", "Acosh", "Atanh", "Ceil", "Floor", "Round", "Sign", "Erf", "Relu", "LeakyRelu", "Elu", "Selu", "Celu",
-    "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Tanh", "ThresholdedRelu", "Shrink", "Clip",
-    "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "Dropout", "Identity", "CumSum", "Trilu",
-    "BatchNormalization", "InstanceNormalization", "LRN", "MeanVarianceNormalization", "IsNaN", "IsInf", "Not",
-    "Gelu", "Mish", "FusedRotary"};
-const std::set<std::string> kBroadcast = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal",
-                                          "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Max",
-                                          "Min", "Sum", "Mean", "PRelu", "BitShift"};
-const std::set<std::string> kBoolOut = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                                        "Xor", "Not", "IsNaN", "IsInf"};
-// Ops whose kernel infer() reads no input data: safe to infer with shapes only.
-const std::set<std::string> kDataIndependent = {
-    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MatMul",
-    "Gemm", "Flatten", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Cast", "CastLike", "ArgMax",
-    "ArgMin", "DepthToSpace", "SpaceToDepth", "ScatterElements", "ScatterND", "Einsum", "Size", "Shape"};
-// Ops whose shape-describing inputs are inputs 1.. (input 0 is data): safe when those are constant.
-const std::set<std::string> kShapeInputsAfterFirst = {
-    "Reshape", "Expand", "Slice", "Tile", "Unsqueeze", "Squeeze", "Pad", "Split", "ReduceSum", "ReduceMean",
-    "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-    "ReduceSumSquare", "Resize", "TopK", "OneHot", "Upsample"};
 
 Dim broadcast_dim(const Dim& a, const Dim& b) {
   if (a == b) return a;
@@ -60,190 +36,6 @@ Dims broadcast(const Dims& a, const Dims& b) {
   return out;
 }
 
-Dim add_dims(const Dim& a, const Dim& b, char op) {
-  if (a.is_known() && b.is_known()) {
-    switch (op) {
-      case '+': return Dim::known(a.value + b.value);
-      case '-': return a.value >= b.value ? Dim::known(a.value - b.value) : Dim{};
-      case '*': return Dim::known(a.value * b.value);
-      case '/': return b.value ? Dim::known(a.value / b.value) : Dim{};
-    }
-  }
-  if (a.str() == "?" || b.str() == "?") return Dim{};
-  // Sums and differences are kept linear and canonical, so the exporter's Shape arithmetic names a
-  // dim the way the shapes do (e.g. Range(past, seq+past) has seq elements).
-  if (op == '+' || op == '-') return linear_add(a, b, op == '+' ? 1 : -1);
-  if (op == '*' && (a.is_known() || b.is_known())) return a.is_known() ? linear_scale(b, a.value) : linear_scale(a, b.value);
-  if (op == '/' && b.is_known() && b.value == 1) return a;
-  return Dim::sym("(" + a.str() + op + b.str() + ")");
-}
-
-std::optional<std::vector<int64_t>> const_ints(const Graph& g, int v) {
-  if (v < 0 || !g.values[v].is_constant()) return std::nullopt;
-  auto r = read_int_vector(g.values[v].constant.view(), "constant");
-  if (!r.ok()) return std::nullopt;
-  return r.value();
-}
-
-void set_out(Graph& g, const Node& n, size_t i, DType dt, std::optional<Dims> shape) {
-  if (i >= n.outputs.size()) return;
-  Value& v = g.values[n.outputs[i]];
-  if (dt != DType::kUndefined) v.dtype = dt;
-  if (shape) v.shape = std::move(shape);
-}
-
-// sym_value of small integer constants.
-void seed_sym_value(Value& v) {
-  if (v.sym_value || !v.is_constant() || !dtype_is_integer(v.dtype) || v.constant.shape().rank() > 1 ||
-      v.constant.numel() > 16)
-    return;
-  Dims d;
-  for (int64_t i = 0; i < v.constant.numel(); ++i) d.push_back(Dim::known(read_int(v.constant.view(), i)));
-  v.sym_value = d;
-}
-
-bool nonneg(const Dim& d) {
-  auto b = dim_bounds(d, DimRanges{});
-  return b && b->first >= 0;
-}
-
-// One element of a small integer vector: a number (negative ones too, which Dims cannot hold) or
-// a symbolic dim.
-struct Elem {
-  std::optional<int64_t> num;
-  Dim sym;
-};
-
-std::optional<Elem> elem_of(const Graph& g, int v, size_t i, int depth = 0) {
-  if (v < 0 || depth > 8) return std::nullopt;
-  const Value& val = g.values[v];
-  if (val.is_constant()) {
-    if (!dtype_is_integer(val.dtype) || static_cast<int64_t>(i) >= val.constant.numel()) return std::nullopt;
-    return Elem{read_int(val.constant.view(), static_cast<int64_t>(i)), {}};
-  }
-  if (val.sym_value && i < val.sym_value->size()) {
-    const Dim& d = (*val.sym_value)[i];
-    if (d.is_known()) return Elem{d.value, {}};
-    if (d.is_symbol()) return Elem{std::nullopt, d};
-  }
-  if (val.producer < 0 || static_cast<size_t>(val.producer) >= g.nodes.size()) return std::nullopt;
-  const Node& p = g.nodes[val.producer];
-  if (p.removed || !p.domain.empty() || p.inputs.empty()) return std::nullopt;
-  if (p.op_type == "Reshape" || p.op_type == "Identity" || p.op_type == "Cast" || p.op_type == "Unsqueeze" ||
-      p.op_type == "Squeeze")
-    return elem_of(g, p.inputs[0], i, depth + 1);
-  if (p.op_type == "Concat") {
-    for (int in : p.inputs) {
-      if (in < 0) return std::nullopt;
-      const Value& iv = g.values[in];
-      const size_t len = iv.is_constant() ? static_cast<size_t>(iv.constant.numel()) : iv.sym_value ? iv.sym_value->size() : SIZE_MAX;
-      if (len == SIZE_MAX) return std::nullopt;
-      if (i < len) return elem_of(g, in, i, depth + 1);
-      i -= len;
-    }
-  }
-  return std::nullopt;
-}
-
-// Rules for shape-arithmetic ops on sym_values.
-void infer_sym_value(Graph& g, Node& n) {
-  auto sv = [&](size_t i) -> const std::optional<Dims>* {
-    if (i >= n.inputs.size() || n.inputs[i] < 0) return nullptr;
-    Value& v = g.values[n.inputs[i]];
-    seed_sym_value(v);
-    return v.sym_value ? &v.sym_value : nullptr;
-  };
-  if (n.outputs.empty()) return;
-  Value& out = g.values[n.outputs[0]];
-  const std::string& op = n.op_type;
-  if (op == "Shape" && n.inputs[0] >= 0 && g.values[n.inputs[0]].shape) {
-    Dims s = *g.values[n.inputs[0]].shape;
-    int64_t r = static_cast<int64_t>(s.size());
-    int64_t start = n.attrs.count("start") ? n.attrs.at("start").i : 0;
-    int64_t end = n.attrs.count("end") ? n.attrs.at("end").i : r;
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = std::clamp<int64_t>(start, 0, r);
-    end = std::clamp<int64_t>(end, start, r);
-    out.sym_value = Dims(s.begin() + start, s.begin() + end);
-  } else if (op == "Cast" && sv(0)) {
-    // Only to an integer type: the arithmetic rules below compute integer results (Div
-    // truncates), which a float value computed from the cast would not have.
-    auto to = n.attrs.find("to");
-    if (to != n.attrs.end() && dtype_is_integer(static_cast<DType>(to->second.i))) out.sym_value = **sv(0);
-  } else if ((op == "Identity" || op == "Squeeze" || op == "Unsqueeze") && sv(0)) {
-    out.sym_value = **sv(0);
-  } else if (op == "Gather" && sv(0)) {
-    auto idx = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
-    const Dims& data = **sv(0);
-    if (!idx) return;
-    Dims r;
-    for (int64_t i : *idx) {
-      if (i < 0) i += static_cast<int64_t>(data.size());
-      if (i < 0 || i >= static_cast<int64_t>(data.size())) return;
-      r.push_back(data[i]);
-    }
-    out.sym_value = r;
-  } else if (op == "Concat") {
-    Dims r;
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!sv(i)) return;
-      r.insert(r.end(), (**sv(i)).begin(), (**sv(i)).end());
-    }
-    out.sym_value = r;
-  } else if (op == "Slice" && sv(0)) {
-    auto st = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
-    auto en = const_ints(g, n.inputs.size() > 2 ? n.inputs[2] : -1);
-    if (!st || !en || st->size() != 1 || en->size() != 1 || n.inputs.size() > 4) return;
-    const Dims& d = **sv(0);
-    const int64_t sz = static_cast<int64_t>(d.size());
-    int64_t s = (*st)[0], e = (*en)[0];
-    if (s < 0) s += sz;
-    if (e < 0) e += sz;
-    s = std::clamp<int64_t>(s, 0, sz);
-    e = std::clamp<int64_t>(e, s, sz);
-    out.sym_value = Dims(d.begin() + s, d.begin() + e);
-  } else if (op == "Reshape" && sv(0) && n.inputs.size() > 1) {
-    // A shape vector reshaped to 1-D (expand(n, -1, -1) exports Reshape(shape, [-1])).
-    auto t = const_ints(g, n.inputs[1]);
-    if (t && t->size() == 1 && ((*t)[0] == -1 || (*t)[0] == static_cast<int64_t>((**sv(0)).size()))) out.sym_value = **sv(0);
-  } else if (op == "Equal" && sv(0) && sv(1)) {
-    // Elements as 0/1. A symbol that is provably >= 0 (a dim, a sum of dims) differs from a negative
-    // constant (the -1 "keep this dim" marker expand() compares against).
-    const size_t na = (**sv(0)).size(), nb = (**sv(1)).size();
-    if (na != nb && na != 1 && nb != 1) return;
-    Dims r;
-    for (size_t i = 0; i < std::max(na, nb); ++i) {
-      auto x = elem_of(g, n.inputs[0], na == 1 ? 0 : i), y = elem_of(g, n.inputs[1], nb == 1 ? 0 : i);
-      if (!x || !y) return;
-      if (x->num && y->num) r.push_back(Dim::known(*x->num == *y->num));
-      else if (!x->num && !y->num && x->sym == y->sym) r.push_back(Dim::known(1));
-      else if ((x->num && *x->num < 0 && nonneg(y->sym)) || (y->num && *y->num < 0 && nonneg(x->sym))) r.push_back(Dim::known(0));
-      else return;
-    }
-    out.sym_value = r;
-  } else if (op == "Where" && sv(0) && sv(1) && sv(2)) {
-    const Dims &c = **sv(0), &a = **sv(1), &b = **sv(2);
-    const size_t len = std::max({c.size(), a.size(), b.size()});
-    for (const Dims* d : {&c, &a, &b})
-      if (d->size() != len && d->size() != 1) return;
-    Dims r;
-    for (size_t i = 0; i < len; ++i) {
-      const Dim& ci = c[c.size() == 1 ? 0 : i];
-      if (!ci.is_known()) return;
-      r.push_back(ci.value ? a[a.size() == 1 ? 0 : i] : b[b.size() == 1 ? 0 : i]);
-    }
-    out.sym_value = r;
-  } else if ((op == "Add" || op == "Sub" || op == "Mul" || op == "Div") && sv(0) && sv(1)) {
-    const Dims &a = **sv(0), &b = **sv(1);
-    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return;
-    const size_t len = std::max(a.size(), b.size());
-    Dims r;
-    const char c = op == "Add" ? '+' : op == "Sub" ? '-' : op == "Mul" ? '*' : '/';
-    for (size_t i = 0; i < len; ++i) r.push_back(add_dims(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i], c));
-    out.sym_value = r;
-  }
-}
 
 // Resolves a Reshape target (0 copies, the element at infer_at is the -1 to infer) against a
 // symbolic input shape. Unknown target elements stay unknown dims: the rank is still known.
@@ -261,28 +53,12 @@ std::optional<Dims> reshape_target(const Dims& in, const Dims& target, bool allo
   if (infer_at < 0) return out;
   out[infer_at] = Dim{};
   if (partial) return out;
-  // Cancel equal factors of input and output; what is left of the input is the inferred dim.
-  std::multiset<std::string> num;
-  int64_t known_in = 1, known_out = 1;
-  for (const auto& d : in) {
-    if (d.is_known()) known_in *= d.value;
-    else if (d.symbol.empty()) return out;
-    else num.insert(d.symbol);
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (static_cast<int>(i) == infer_at) continue;
-    if (out[i].is_known()) {
-      known_out *= out[i].value;
-    } else {
-      auto it = num.find(out[i].symbol);
-      if (it == num.end()) return out;
-      num.erase(it);
-    }
-  }
-  if (known_out == 0 || known_in % known_out) return out;
-  const int64_t k = known_in / known_out;
-  if (num.empty()) out[infer_at] = Dim::known(k);
-  else if (num.size() == 1) out[infer_at] = linear_scale(Dim::sym(*num.begin()), k);  // e.g. [T, 274, D] -> [1, 274*T, D]
+  // The inferred dim is the input's element count over the other output dims' product, when the
+  // quotient is exact (e.g. [T, 274, D] -> [1, -1, D] gives 274*T; [B, S, D] -> [-1, D] gives B*S).
+  std::vector<Dim> den;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (static_cast<int>(i) != infer_at) den.push_back(out[i]);
+  if (auto q = dim_product_ratio(Dim::known(1), in, den)) out[infer_at] = *q;
   return out;
 }
 
@@ -397,6 +173,8 @@ std::optional<Dims> symbolic_einsum(Graph& g, const Node& n) {
   }
   return out;
 }
+
+}  // namespace
 
 bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
   const std::string& op = n.op_type;
@@ -533,7 +311,7 @@ bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
       if (!v || !v->shape || v->shape->size() != xs.size()) return false;
       if (first) { first = false; continue; }
       // An empty operand (e.g. a zero-length cache) does not change the sum.
-      o[axis] = add_dims(o[axis], (*v->shape)[axis], '+');
+      o[axis] = dim_add(o[axis], (*v->shape)[axis]);
       for (size_t d = 0; d < xs.size(); ++d)
         if (static_cast<int64_t>(d) != axis) o[d] = broadcast_dim(o[d], (*v->shape)[d]);
     }
@@ -605,39 +383,11 @@ bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
   return false;
 }
 
-// A custom-domain node is a plugin: PluginBuild::infer gives its outputs once every input's dtype
-// and shape are concrete. With symbolic dims only the output dtypes are taken, from a probe with
-// each symbolic dim at 1 (a plugin that rejects the probe leaves them unknown until run time).
-// Unregistered plugins and bad fields are reported when the plan is built.
-Status plugin_rule(Graph& g, Node& n) {
-  std::vector<TensorDesc> inputs;
-  bool concrete = true;
-  for (int v : n.inputs) {
-    if (v < 0) { inputs.emplace_back(); continue; }
-    const Value& val = g.values[v];
-    if (val.is_constant()) { inputs.push_back(val.constant.view().desc()); continue; }
-    if (!val.shape || !dtype_is_known(val.dtype)) return Status::Ok();
-    Shape s;
-    for (const Dim& d : *val.shape) s.push_back(d.is_known() ? d.value : 1);
-    concrete &= sym_shape_concrete(*val.shape);
-    inputs.push_back(TensorDesc{val.dtype, s});
-  }
-  const PluginEntry* entry = PluginRegistry::global().find(n.domain, n.op_type);
-  if (!entry) return Status::Ok();
-  auto build = entry->creator->create(n.attrs);
-  if (!build.ok() || !build.value()) return Status::Ok();
-  std::vector<TensorDesc> descs(n.outputs.size());
-  Status st = build.value()->infer(inputs, descs);
-  if (!st.ok()) return concrete ? st.with_context(g.describe_node(n) + " (plugin " + entry->id() + ")") : Status::Ok();
-  for (size_t o = 0; o < n.outputs.size(); ++o)
-    if (dtype_is_known(descs[o].dtype)) set_out(g, n, o, descs[o].dtype, concrete ? std::optional<Dims>(from_shape(descs[o].shape)) : std::nullopt);
-  return Status::Ok();
-}
 
 // Generic inference by the kernel itself, for concrete input shapes. Returns the kernel's error
 // when it rejects the shapes; OK when it inferred them or could not be asked.
 Status kernel_rule(Graph& g, Node& n) {
-  if (!n.domain.empty()) return plugin_rule(g, n);
+  if (!is_kernel_domain(n.domain)) return plugin_rule(g, n);
   // Broadcasting and unary ops never read input data to infer shapes (CumSum, Trilu and Clip have
   // scalar inputs their kernels may read, so they stay out).
   const bool independent = kDataIndependent.count(n.op_type) > 0 || kBroadcast.count(n.op_type) > 0 ||
@@ -674,7 +424,11 @@ Status kernel_rule(Graph& g, Node& n) {
   return Status::Ok();
 }
 
-}  // namespace
+
+}  // namespace shape_rules
+
+using namespace shape_rules;
+
 
 // Ops over [N, C, spatial...] whose output batch is the input batch and whose other output dims
 // do not depend on it: with only N symbolic, the kernel infers the rest at N = 1.
@@ -683,7 +437,7 @@ const std::set<std::string> kBatchwise = {"Conv", "ConvTranspose", "MaxPool", "A
 
 // Returns false when the op is not in that case (the kernel infers it as usual).
 bool batch_probe(Graph& g, Node& n) {
-  if (!n.domain.empty() || !kBatchwise.count(n.op_type) || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty())
+  if (!is_kernel_domain(n.domain) || !kBatchwise.count(n.op_type) || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty())
     return false;
   Value& x = g.values[n.inputs[0]];
   if (!x.shape || x.shape->size() < 3 || !(*x.shape)[0].is_symbol()) return false;
@@ -703,7 +457,7 @@ bool batch_probe(Graph& g, Node& n) {
 
 void infer_node(Graph& g, Node& n, const DimRanges& ranges) {
   infer_sym_value(g, n);
-  if (n.domain.empty() && symbolic_rule(g, n, ranges)) {
+  if (is_kernel_domain(n.domain) && symbolic_rule(g, n, ranges)) {
     // A rule may leave dims unknown that the kernel can fill in once everything is concrete.
     bool all_known = true;
     for (int o : n.outputs)
@@ -716,7 +470,7 @@ void infer_node(Graph& g, Node& n, const DimRanges& ranges) {
 
 Status check_node_shapes(Graph& g, Node& n) {
   infer_sym_value(g, n);
-  if (n.domain.empty()) symbolic_rule(g, n, DimRanges{});
+  if (is_kernel_domain(n.domain)) symbolic_rule(g, n, DimRanges{});
   return kernel_rule(g, n);
 }
 
