@@ -1,9 +1,14 @@
-// Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (not a test:
-// timings go to stdout only): the AVX2 f32 path, the AVX-512 f32 path and (with AMX) bf16, run
-// alternately, one call each per round; reports each variant's median wall and CPU time and
-// GFLOP/s (2 * 2 * Dh flops per visible query-key pair). Threads: OMP_NUM_THREADS.
+// Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (Google
+// benchmark; not a test): the AVX2 f32 path, the AVX-512 f32 path (plain, with the bool mask, cold
+// copies, cold in place) and (with AMX) bf16, each a benchmark named "<shape>/<variant>", timed on
+// the wall clock, with a GFLOP/s counter (2 * 2 * Dh flops per visible query-key pair) and the
+// process's CPU time. Threads: OMP_NUM_THREADS. `engine-perf import` takes its JSON output.
 //
-//   attention-bench [rounds] [variant name filter] [incremental|full|Q:K]   (Q:K = Q new tokens over K keys)
+//   attention-bench [--shapes=incremental|full|Q:K] [--benchmark_filter=fp32] [--benchmark_repetitions=10]
+//                   [--benchmark_out=attention.json --benchmark_out_format=json]
+//   (Q:K = Q new tokens over K keys; the default runs incremental and full). On this shared host,
+//   compare variants with --benchmark_enable_random_interleaving=true --benchmark_repetitions=N:
+//   their repetitions then alternate instead of running back to back.
 #include <omp.h>
 #include <time.h>
 
@@ -15,6 +20,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "plugins/attention/attention_common.h"
 #include "plugins/attention/attention_kernel.h"
@@ -44,12 +51,15 @@ double visible_pairs(const Params& p, const Geometry& g) {
   return n * g.B * g.H;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-void bench(const Shapes& s, int rounds, const std::string& only) {
+// Registers shape i's variants, then the next shape's from inside this frame, and runs every
+// benchmark from the innermost: the variants' closures point into these frames, which stay alive
+// until the runs are over.
+void register_and_run(const std::vector<Shapes>& all, size_t i, const std::string& only) {
+  if (i == all.size()) {
+    benchmark::RunSpecifiedBenchmarks();
+    return;
+  }
+  const Shapes& s = all[i];
   Params p;
   p.num_heads = 6;
   p.scale = 0.125f;
@@ -139,54 +149,51 @@ void bench(const Shapes& s, int rounds, const std::string& only) {
     variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
     variants.push_back({"bf16 mask", [&] { return attention::run_attention(pmb, gm, mv, ov, ws.data(), slots); }});
   }
-  // Wall time, and the process's CPU time (both threads): on a loaded machine the latter still
-  // shows the kernel's cost when the wall time mostly shows waiting for a core.
   if (!only.empty())
     std::erase_if(variants, [&](const Variant& v) { return v.name.find(only) == std::string::npos; });
-  std::vector<std::vector<double>> ms(variants.size()), cpu_ms(variants.size());
-  auto cpu_now = [] {
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-  };
-  for (int r = 0; r < rounds + 2; ++r)
-    for (size_t v = 0; v < variants.size(); ++v) {
-      const double c0 = cpu_now();
-      const auto t0 = std::chrono::steady_clock::now();
-      Status st = variants[v].run();
-      const auto t1 = std::chrono::steady_clock::now();
-      const double c1 = cpu_now();
-      if (!st.ok()) {
-        std::fprintf(stderr, "%s: %s\n", variants[v].name.c_str(), st.message().c_str());
-        std::exit(1);
-      }
-      if (r >= 2) {
-        ms[v].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        cpu_ms[v].push_back(c1 - c0);
-      }
-    }
   const double gflop = visible_pairs(p, g) * 4 * g.Dh * 1e-9;
-  std::printf("%s: Sq=%lld Sk=%lld H=%lld Dh=%lld block_causal 274, %.3f GFLOP, %d threads\n", s.name,
-              static_cast<long long>(g.Sq), static_cast<long long>(g.Sk_total()), static_cast<long long>(g.H),
-              static_cast<long long>(g.Dh), gflop, slots);
   for (size_t v = 0; v < variants.size(); ++v) {
-    const double m = median(ms[v]), c = median(cpu_ms[v]);
-    std::printf("  %-10s median %8.3f ms  %7.1f GFLOP/s   cpu %8.3f ms  %7.1f GFLOP/s per cpu-second\n",
-                variants[v].name.c_str(), m, gflop / (m * 1e-3), c, gflop / (c * 1e-3));
+    const std::string name = std::string(s.name) + "/" + variants[v].name;
+    benchmark::RegisterBenchmark(name.c_str(), [&variants, v, gflop](benchmark::State& st) {
+      for (auto _ : st) {
+        Status status = variants[v].run();
+        if (!status.ok()) {
+          st.SkipWithError(status.message().c_str());
+          break;
+        }
+      }
+      st.counters["GFLOP/s"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);  // GFLOP per second
+      st.counters["GFLOP"] = gflop;
+    })->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
   }
+  register_and_run(all, i + 1, only);
 }
 
 }  // namespace
 }  // namespace kiln
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
-  const std::string only = argc > 2 ? argv[2] : "";
-  const std::string shapes = argc > 3 ? argv[3] : "";
-  if (shapes.empty() || shapes == "incremental") kiln::bench({"incremental", 274, 274, 1370}, rounds, only);
-  if (shapes.empty() || shapes == "full") kiln::bench({"full", 1644, 1644, 0}, rounds, only);
-  // "Q:K": Q new queries (and keys) after K - Q cached keys, e.g. 256:1644.
+  // --shapes=incremental|full|Q:K is this program's own flag; the rest are Google benchmark's.
+  std::string shapes;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--shapes=", 0) == 0) shapes = a.substr(9);
+    else rest.push_back(argv[i]);
+  }
+  int n = static_cast<int>(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+  std::vector<kiln::Shapes> all;
+  if (shapes.empty() || shapes == "incremental") all.push_back({"incremental", 274, 274, 1370});
+  if (shapes.empty() || shapes == "full") all.push_back({"full", 1644, 1644, 0});
   long long q = 0, k = 0;
-  if (std::sscanf(shapes.c_str(), "%lld:%lld", &q, &k) == 2 && q > 0 && k >= q) kiln::bench({shapes.c_str(), q, q, k - q}, rounds, only);
+  if (std::sscanf(shapes.c_str(), "%lld:%lld", &q, &k) == 2 && q > 0 && k >= q) all.push_back({shapes.c_str(), q, q, k - q});
+  if (all.empty()) {
+    std::fprintf(stderr, "attention-bench: --shapes expects incremental, full or Q:K, got '%s'\n", shapes.c_str());
+    return 2;
+  }
+  kiln::register_and_run(all, 0, "");
+  benchmark::Shutdown();
   return 0;
 }

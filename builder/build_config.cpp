@@ -275,7 +275,7 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   MapView top;
   KILN_RETURN_IF_ERROR(open_map(root, Site{1, ""}, "", "a map of settings", &top));
   KILN_RETURN_IF_ERROR(check_keys(top, {"model", "output", "precision", "threads", "profiles", "inputs", "benchmark",
-                                        "plugins", "fusions", "passes", "streaming", "tactics"}));
+                                        "plugins", "fusions", "passes", "streaming", "tactics", "history"}));
   cfg.config_path = file_;
 
   const Entry* e = top.find("model");
@@ -323,6 +323,14 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
     }
   }
   if ((e = top.find("streaming"))) KILN_RETURN_IF_ERROR(read_streaming(*e, cfg));
+  if ((e = top.find("history"))) {
+    KILN_RETURN_IF_ERROR(open_checked(*e, {"db", "label"}, &m));
+    if (const Entry* d = m.find("db")) {
+      KILN_RETURN_IF_ERROR(get_string(*d, "a path to a history database", &cfg.history.db));
+      cfg.history.db = resolve(cfg.history.db);
+    }
+    if (const Entry* l = m.find("label")) KILN_RETURN_IF_ERROR(get_string(*l, "a label for the recorded runs", &cfg.history.label));
+  }
   if ((e = top.find("tactics"))) {
     KILN_RETURN_IF_ERROR(open_checked(*e, {"select", "timing_cache"}, &m));
     if (const Entry* sel = m.find("select")) {
@@ -472,13 +480,18 @@ Status ConfigReader::read_inputs(const Entry& e, BuildConfig& cfg) const {
 
 Status ConfigReader::read_benchmark(const Entry& e, BenchmarkConfig* out) const {
   MapView m;
-  KILN_RETURN_IF_ERROR(open_checked(e, {"rate_hz", "budget_ms", "warmup", "iterations", "rounds"}, &m));
+  KILN_RETURN_IF_ERROR(open_checked(e, {"rate_hz", "budget_ms", "warmup", "iterations", "rounds", "enforce_budget"}, &m));
   KILN_RETURN_IF_ERROR(get_double(m, "rate_hz", true, &out->rate_hz));
   out->budget_ms = 1000.0 / out->rate_hz;
   KILN_RETURN_IF_ERROR(get_double(m, "budget_ms", true, &out->budget_ms));
   KILN_RETURN_IF_ERROR(get_int(m, "warmup", 0, INT_MAX, &out->warmup));
   KILN_RETURN_IF_ERROR(get_int(m, "iterations", 1, INT_MAX, &out->iterations));
   KILN_RETURN_IF_ERROR(get_int(m, "rounds", 1, INT_MAX, &out->rounds));
+  if (const Entry* en = m.find("enforce_budget")) {
+    std::string choice;
+    KILN_RETURN_IF_ERROR(get_choice(*en, {"true", "false"}, &choice));
+    out->enforce_budget = choice == "true";
+  }
   return Status::Ok();
 }
 

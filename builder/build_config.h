@@ -44,6 +44,16 @@ struct BenchmarkConfig {
   // profile after one untimed run), so every profile samples the same stretch of a shared host
   // whose speed drifts; 1 = each profile's runs back to back.
   int rounds = 5;
+  // A profile whose p99 misses the budget fails the build (non-zero exit) instead of only being
+  // reported; engine-build --enforce-budget sets it too.
+  bool enforce_budget = false;
+};
+
+// history: {db: PATH, label: NAME}: record every benchmark run into that history file (see
+// engine-perf); engine-build --record DB [--label NAME] does the same for one run.
+struct HistoryConfig {
+  std::string db;
+  std::string label;
 };
 
 struct StateConfig {
@@ -73,6 +83,7 @@ struct BuildConfig {
   std::map<std::string, std::string> fusions;  // fusions: {attention: required|auto|off}
   std::vector<std::string> disabled_passes;    // passes: {disable: [name, ...]}
   StreamingConfig streaming;
+  HistoryConfig history;
   // tactics: {select: true, timing_cache: path}. Where an op has several kernels, time them at each
   // profile's opt shapes and record the fastest; the cache file (read, then written) makes
   // rebuilds skip the timing and come out byte-identical.

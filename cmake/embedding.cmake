@@ -26,13 +26,13 @@ set(KILN_PUBLIC_HEADERS
 set(KILN_EXPORTED_TARGETS kiln_runtime_shared)
 
 if(KILN_BUILD_BUILDER)
-  add_library(kiln_builder_shared SHARED $<TARGET_OBJECTS:kiln_runtime_objects> $<TARGET_OBJECTS:kiln_plugins>)
+  add_library(kiln_builder_shared SHARED profiles/api/builder_api.cpp $<TARGET_OBJECTS:kiln_runtime_objects> $<TARGET_OBJECTS:kiln_plugins>)
   set_target_properties(kiln_builder_shared PROPERTIES OUTPUT_NAME kiln_builder EXPORT_NAME builder VERSION ${PROJECT_VERSION}
                         SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   target_include_directories(kiln_builder_shared INTERFACE $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>
                              $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  # The whole of kiln_profiles, so kiln::build (profiles/builder_api.cpp) is in and exported.
-  target_link_libraries(kiln_builder_shared PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,kiln_profiles>" kiln_builder)
+  # kiln::build (profiles/api/builder_api.cpp) writes engine-build's report, provenance included.
+  target_link_libraries(kiln_builder_shared PRIVATE kiln_history kiln_profiles kiln_builder)
   target_link_options(kiln_builder_shared PRIVATE -Wl,-z,defs)
   target_compile_features(kiln_builder_shared INTERFACE cxx_std_20)
   list(APPEND KILN_PUBLIC_HEADERS include/kiln/builder.h)
@@ -74,8 +74,8 @@ if(KILN_BUILD_BUILDER AND pybind11_FOUND AND Python3_FOUND)
   set(KILN_PYTHON_INSTALL_DIR ${KILN_PYTHON_DEFAULT_DIR} CACHE STRING "Where the Python package kiln is installed, relative to the prefix")
   file(GLOB KILN_PYTHON_SOURCES CONFIGURE_DEPENDS python/*.cpp)
   # NO_EXTRAS: no LTO (a serial LTO link of all of kiln takes minutes; the module is a thin layer)
-  pybind11_add_module(kiln_python MODULE NO_EXTRAS ${KILN_PYTHON_SOURCES})
-  target_link_libraries(kiln_python PRIVATE kiln_profiles kiln_builder kiln_runtime)
+  pybind11_add_module(kiln_python MODULE NO_EXTRAS ${KILN_PYTHON_SOURCES} profiles/api/builder_api.cpp)
+  target_link_libraries(kiln_python PRIVATE kiln_history kiln_profiles kiln_builder kiln_runtime)
   set_target_properties(kiln_python PROPERTIES OUTPUT_NAME _kiln LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python/kiln)
   file(GLOB KILN_PYTHON_FILES CONFIGURE_DEPENDS python/kiln/*.py)
   foreach(f ${KILN_PYTHON_FILES})

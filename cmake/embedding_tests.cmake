@@ -12,7 +12,8 @@ gtest_discover_tests(kiln_concurrency_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIME
 # from the tools' sources and the help text).
 add_test(NAME tool_help
          COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/e2e/test_tool_help.py --source-dir ${CMAKE_SOURCE_DIR}
-                 --tool engine-build=$<TARGET_FILE:engine-build> --tool engine-run=$<TARGET_FILE:engine-run>)
+                 --tool engine-build=$<TARGET_FILE:engine-build> --tool engine-run=$<TARGET_FILE:engine-run>
+                 --tool engine-perf=$<TARGET_FILE:engine-perf>)
 
 # engine-run as trtexec users expect: no inputs, --warmup/--duration/--export-times, --threads.
 add_test(NAME engine_run_cli

@@ -20,6 +20,7 @@ BenchmarkResult result_of(const std::vector<double>& samples, double budget_ms) 
   r.latency = compute_latency_stats(samples);
   r.budget_ms = budget_ms;
   r.within_budget = r.latency.p99_ms <= budget_ms;
+  r.samples_ms = samples;
   return r;
 }
 

@@ -14,6 +14,7 @@ struct BenchmarkResult {
   double budget_ms = 0;
   bool within_budget = false;  // p99 <= budget
   int deadline_misses = 0;     // iterations over budget
+  std::vector<double> samples_ms;  // every timed iteration, in the order run (for the history)
 };
 
 // Benchmarks several functions against each other: each runs `warmup` untimed times, then their

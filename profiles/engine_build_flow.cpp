@@ -17,6 +17,7 @@ StatusOr<EngineBuildOutcome> run_engine_build(const EngineBuildRequest& request,
   EngineBuildOutcome out;
   KILN_ASSIGN_OR_RETURN(out.config, load_build_config(request.config_path, request.overrides));
   BuildConfig& cfg = out.config;
+  if (request.configure) KILN_RETURN_IF_ERROR(request.configure(cfg));
   if (!request.output.empty()) cfg.output = request.output;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   TimingCache cache;
@@ -54,7 +55,9 @@ StatusOr<EngineBuildOutcome> run_engine_build(const EngineBuildRequest& request,
   }
 
   out.report_path = request.report_path.empty() ? out.built.engine_path + ".report.json" : request.report_path;
-  out.report_json = build_report_json(out.built, cfg, out.checks, out.build_seconds, out.peak_gflops, extra);
+  std::string machine_fields;
+  if (request.before_report) KILN_RETURN_IF_ERROR(request.before_report(out, extra, machine_fields));
+  out.report_json = build_report_json(out.built, cfg, out.checks, out.build_seconds, out.peak_gflops, extra, machine_fields);
   std::ofstream f(out.report_path);
   f << out.report_json;
   if (!f) return IoError("cannot write report '" + out.report_path + "'");

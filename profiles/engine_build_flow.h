@@ -3,6 +3,8 @@
 // profile against the built plans, benchmark, run the streaming checks, write the report.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,12 +17,19 @@
 
 namespace kiln {
 
+struct EngineBuildOutcome;
+
 struct EngineBuildRequest {
   std::string config_path;
   std::vector<std::pair<std::string, std::string>> overrides;   // --set KEY=VALUE, applied before validation
   std::string output;        // engine path; empty: the config's
   std::string report_path;   // empty: <engine>.report.json
   bool benchmark = true;
+  // Called with the loaded config before anything is built (a tool applies its options there).
+  std::function<Status(BuildConfig& config)> configure;
+  // Called after the checks, before the report is written: adds report sections to `extra` and the
+  // machine's fields (the history's provenance, profiles/history/report_sections.h).
+  std::function<Status(EngineBuildOutcome& outcome, std::map<std::string, std::string>& extra, std::string& machine_fields)> before_report;
 };
 
 struct EngineBuildOutcome {

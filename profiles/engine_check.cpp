@@ -199,7 +199,8 @@ double ProfileCheck::gflops_per_s() const {
 }
 
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds, double matmul_peak_gflops, const std::map<std::string, std::string>& extra) {
+                              double build_seconds, double matmul_peak_gflops, const std::map<std::string, std::string>& extra,
+                              const std::string& machine_fields) {
   std::ostringstream os;
   os << "{\n  \"engine\": {\"path\": " << json_string(built.engine_path) << ", \"bytes\": " << built.engine_bytes
      << ", \"model\": " << json_string(cfg.model) << ", \"model_bytes\": " << built.model_bytes << ", \"profiles\": [";
@@ -210,7 +211,7 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
      << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default")
      << ", \"gomp_spincount\": " << json_string(std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "default");
   if (matmul_peak_gflops > 0) os << ", \"matmul_peak_gflops_f32\": " << fmt(matmul_peak_gflops);
-  os << "},\n";
+  os << machine_fields << "},\n";
   os << "  \"fusions\": {\"attention\": {";
   for (size_t i = 0; i < built.profiles.size(); ++i) {
     size_t fused = 0;
@@ -247,6 +248,10 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
          << ", \"gflops_per_s\": " << fmt(c.gflops_per_s());
       if (matmul_peak_gflops > 0) os << ", \"peak_fraction\": " << fmt(c.gflops_per_s() / matmul_peak_gflops);
       os << ", \"profiled_run_ms\": " << fmt(c.layers.run_ms) << ", " << layer_summary_json(c.layers, 15);
+      os << ", \"samples_ms\": [";
+      for (size_t k = 0; k < c.bench.samples_ms.size(); ++k) os << (k ? ", " : "") << fmt(c.bench.samples_ms[k]);
+      os << "], " << all_layers_json(c.layers);
+      if (!c.trace_path.empty()) os << ", \"trace\": " << json_string(c.trace_path);
     }
     os << "}";
   }

@@ -24,6 +24,7 @@ struct ProfileCheck {
   double first_run_ms = 0;             // first run of a context prepared for the profile
   std::map<std::string, Shape> opt_shapes;
   LayerProfile layers;                 // separate profiling runs after the benchmark (benchmarked only)
+  std::string trace_path;              // a Chrome trace of the profiled run, when one was written
   // Counted FLOPs at opt over the p50 latency (0 if not benchmarked).
   double gflops_per_s() const;
   // precision bf16: per output, the largest |bf16 - fp32| over the validation points, the largest
@@ -43,9 +44,11 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
                                                  bool benchmark, const std::function<void(const std::string&)>& progress);
 
 // engine-build's REPORT.json. matmul_peak_gflops <= 0: not measured (no peak_fraction). `extra`
-// maps further top-level keys to JSON values (e.g. "streaming").
+// maps further top-level keys to JSON values (e.g. "streaming"); `machine_fields` is appended to
+// the "machine" object (", \"key\": value, ..."). A benchmarked profile lists every timed
+// iteration ("samples_ms") and every step of the profiled runs ("all_layers").
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
                               double build_seconds, double matmul_peak_gflops = 0,
-                              const std::map<std::string, std::string>& extra = {});
+                              const std::map<std::string, std::string>& extra = {}, const std::string& machine_fields = "");
 
 }  // namespace kiln

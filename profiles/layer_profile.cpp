@@ -45,6 +45,9 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
   runs = std::max(runs, 1);
   ctx.set_profiling(true);
   LayerProfile p;
+  // step_ms() accumulates over the runs: each run's own times are the differences.
+  std::vector<std::vector<double>> per_run(ctx.plan().steps.size());
+  std::vector<double> before(ctx.plan().steps.size(), 0.0);
   for (int r = 0; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     Status st = ctx.run();
@@ -52,6 +55,10 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
     if (!st.ok()) {
       ctx.set_profiling(false);
       return st.with_context("profiling run");
+    }
+    for (size_t s = 0; s < per_run.size(); ++s) {
+      per_run[s].push_back(ctx.step_ms()[s] - before[s]);
+      before[s] = ctx.step_ms()[s];
     }
   }
   p.run_ms /= runs;
@@ -64,6 +71,8 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
     t.op_type = is_kernel_domain(step.domain) ? step.op_type : step.domain + "::" + step.op_type;
     t.begin_ms = ctx.step_begin_ms()[s];
     t.ms = ctx.step_ms()[s] / runs;
+    t.run_ms = per_run[s];
+    t.replaced = step.replaced_nodes;
     for (int v : step.inputs) t.inputs.push_back(v >= 0 ? describe(ctx.value(v)) : "");
     for (int v : step.outputs) t.outputs.push_back(describe(ctx.value(v)));
     t.flops = flops[s];
@@ -132,6 +141,21 @@ std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
   k = 0;
   for (const auto& [op, gflop] : gflop_by_op_type(p)) os << (k++ ? ", " : "") << json_string(op) << ": " << num(gflop);
   os << "}";
+  return os.str();
+}
+
+std::string all_layers_json(const LayerProfile& p) {
+  std::ostringstream os;
+  const size_t runs = p.steps.empty() ? 0 : p.steps.front().run_ms.size();
+  os << "\"layer_runs\": " << runs << ", \"all_layers\": [";
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const LayerTiming& t = p.steps[i];
+    os << (i ? ", " : "") << "{\"name\": " << json_string(t.name) << ", \"op_type\": " << json_string(t.op_type)
+       << ", \"replaced\": " << json_list(t.replaced) << ", \"ms\": [";
+    for (size_t r = 0; r < t.run_ms.size(); ++r) os << (r ? ", " : "") << num(t.run_ms[r]);
+    os << "]}";
+  }
+  os << "]";
   return os.str();
 }
 

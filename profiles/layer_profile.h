@@ -17,6 +17,8 @@ struct LayerTiming {
   std::string op_type;                       // "Domain::Op" for plugin steps, e.g. "kiln::Attention"
   double begin_ms = 0;                       // from the start of the (last) profiled run
   double ms = 0;                             // mean over the profiled runs
+  std::vector<double> run_ms;                // each profiled run's time
+  std::vector<std::string> replaced;         // ONNX nodes a fused step replaced
   std::vector<std::string> inputs, outputs;  // "float32[1,274,384]"; "" for an absent input
   FlopCount flops;
 };
@@ -44,5 +46,8 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
 // `"layers": [{name, op_type, ms} of the top_n slowest], "by_op_type": {op: ms},
 // "gflop_by_op_type": {op: gflop}` for a JSON object.
 std::string layer_summary_json(const LayerProfile& p, size_t top_n);
+// `"layer_runs": N, "all_layers": [{name, op_type, replaced: [...], ms: [run 1, ..., run N]}]`:
+// every step in plan order, for the history.
+std::string all_layers_json(const LayerProfile& p);
 
 }  // namespace kiln

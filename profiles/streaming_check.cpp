@@ -186,27 +186,39 @@ StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engi
   auto t0 = Clock::now();
   KILN_RETURN_IF_ERROR(session->step(cold_views));
   r.cold_start_ms = ms_since(t0);
-  std::vector<double> lat;
+  std::vector<double> lat, service;
+  lat.reserve(static_cast<size_t>(r.steps));
+  service.reserve(static_cast<size_t>(r.steps));
+  r.step_times.reserve(static_cast<size_t>(r.steps));
   uint64_t copied = 0, appended = 0;
-  auto next = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(period_ms));
+  // A fixed schedule: step i is released at loop_start + i periods whatever happened before it.
+  // A late step is not re-based on its own start (that would hide the wait it caused).
+  const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(period_ms));
+  const auto loop_start = Clock::now() + period;
+  auto ms_from_start = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - loop_start).count(); };
   for (int i = 0; i < r.steps; ++i) {
-    std::this_thread::sleep_until(next);
-    t0 = Clock::now();
+    const auto release = loop_start + i * period;
+    std::this_thread::sleep_until(release);
+    const auto start = Clock::now();
     KILN_RETURN_IF_ERROR(session->step(step_views).with_context("streaming benchmark step " + std::to_string(i + 1)));
-    lat.push_back(ms_since(t0));
+    const auto end = Clock::now();
+    StreamingResult::Step st{ms_from_start(release), ms_from_start(start), ms_from_start(end), false};
+    lat.push_back(st.end_ms - st.release_ms);
+    service.push_back(st.end_ms - st.start_ms);
+    st.missed = lat.back() > r.budget_ms;
+    r.step_times.push_back(st);
     const StreamingStepStats& s = session->last_stats();
     copied += s.state_bytes_copied;
     appended += s.state_bytes_appended;
     r.state_bytes_copied_max = std::max(r.state_bytes_copied_max, s.state_bytes_copied);
     r.in_place_steps += s.in_place ? 1 : 0;
-    r.deadline_misses += lat.back() > r.budget_ms ? 1 : 0;
-    next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(period_ms));
-    if (next < Clock::now()) next = Clock::now();  // an overrun does not make the next steps rush
+    r.deadline_misses += st.missed ? 1 : 0;
   }
   r.cached_rows = session->last_stats().cached_rows;
   if (r.steps > 0) {
     r.latency = compute_latency_stats(lat);
-    r.profile_switch_ms = std::max(0.0, lat.front() - r.latency.p50_ms);
+    r.service = compute_latency_stats(service);
+    r.profile_switch_ms = std::max(0.0, service.front() - r.service.p50_ms);
     r.state_bytes_copied_per_step = static_cast<double>(copied) / r.steps;
     r.state_bytes_appended_per_step = static_cast<double>(appended) / r.steps;
   }
@@ -223,7 +235,14 @@ std::string streaming_report_json(const StreamingResult& r) {
   for (const auto& [name, e] : r.equivalence_err) os << (k++ ? ", " : "") << json_string(name) << ": " << fmt(e);
   os << "}, \"state_bytes_copied_per_step\": " << fmt(r.state_bytes_copied_per_step) << ", \"state_bytes_copied_max\": " << r.state_bytes_copied_max
      << ", \"state_bytes_appended_per_step\": " << fmt(r.state_bytes_appended_per_step) << ", \"state_buffer_bytes\": " << r.state_buffer_bytes
-     << ", \"in_place_steps\": " << r.in_place_steps << ", \"cached_rows\": " << r.cached_rows << ", \"profile_switch_ms\": " << fmt(r.profile_switch_ms) << "}";
+     << ", \"in_place_steps\": " << r.in_place_steps << ", \"cached_rows\": " << r.cached_rows << ", \"profile_switch_ms\": " << fmt(r.profile_switch_ms);
+  // latency_ms counts from each step's scheduled release; service_ms from its start.
+  os << ", \"latency_from\": \"scheduled_release\", \"service_ms\": " << latency_json(r.service) << ", \"steps_detail\": [";
+  for (size_t i = 0; i < r.step_times.size(); ++i) {
+    const auto& st = r.step_times[i];
+    os << (i ? ", " : "") << "[" << fmt(st.release_ms) << ", " << fmt(st.start_ms) << ", " << fmt(st.end_ms) << ", " << (st.missed ? 1 : 0) << "]";
+  }
+  os << "]}";
   return os.str();
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "builder/build_config.h"
 #include "profiles/latency_stats.h"
@@ -20,10 +21,19 @@ struct StreamingResult {
   double equivalence_max_abs_err = 0;
   int64_t equivalence_timesteps = 0;   // T
   // Benchmark.
+  // Latency counts from each step's scheduled release, not from when it got to start: a step that
+  // overruns delays the next, and that delay is part of the next step's latency (the
+  // coordinated-omission correction). `service` is start to end, the step's own run time.
   int steps = 0;
-  LatencyStats latency;                // per step, cold start excluded
+  LatencyStats latency;                // per step from its release, cold start excluded
+  LatencyStats service;                // per step from its start
+  struct Step {
+    double release_ms = 0, start_ms = 0, end_ms = 0;  // from the start of the paced loop
+    bool missed = false;                              // end - release over the budget
+  };
+  std::vector<Step> step_times;
   double budget_ms = 0;
-  int deadline_misses = 0;             // steps over budget
+  int deadline_misses = 0;             // steps whose latency from release is over budget
   double cold_start_ms = 0;
   double profile_switch_ms = 0;        // first step after the cold start minus the steps' p50
   double state_bytes_copied_per_step = 0;    // mean over the steps

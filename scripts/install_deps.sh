@@ -9,17 +9,30 @@ PACKAGES=(
   ocl-icd-opencl-dev opencl-c-headers  # dnnl-config.cmake (Debian's libdnnl-dev) finds OpenCL
   python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
   python3-dev python3-pybind11 pybind11-dev   # the Python package kiln (python/)
+  # engine-perf: history in SQLite, JSON, its command line, file hashes; the dashboard's browser test
+  libsqlite3-dev nlohmann-json3-dev libcli11-dev libssl-dev chromium
 )
+command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[deps] all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "[deps] installing: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "[deps] installing: ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# npm packages, pinned by each folder's package-lock.json: uPlot (inlined into engine-perf's
+# dashboard page at build time) and puppeteer-core (drives chromium in the dashboard's browser test).
+cd "$(dirname "$0")/.."
+for dir in profiles/dashboard tests/e2e/browser; do
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+    echo "[deps] npm ci in $dir"
+    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  fi
+done

@@ -1,8 +1,11 @@
 // engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile
 // (profiles/engine_build_flow.h does the work; this prints its tables). `engine-build --help`.
+#include <chrono>
 #include <cstdio>
 
 #include "profiles/engine_build_flow.h"
+#include "profiles/history/recorder.h"
+#include "profiles/history/report_sections.h"
 #include "runtime/log.h"
 #include "tools/cli_common.h"
 #include "tools/omp_wait_policy.h"
@@ -11,8 +14,9 @@ namespace kiln {
 namespace {
 
 struct Args {
-  std::string config, output, report;
+  std::string config, output, report, record_db, label;
   bool no_bench = false;
+  bool enforce_budget = false;
   std::vector<std::string> overrides;   // KEY=VALUE
   LogOptions log;
 };
@@ -89,7 +93,29 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
                 full->bench.latency.p50_ms / step->bench.latency.p50_ms, full->profile.c_str());
 }
 
+// The budget gate: one line per profile (and the streaming loop) whose p99 misses its budget.
+Status check_budgets(const std::vector<ProfileCheck>& checks, const StreamingResult* streaming) {
+  std::string missed;
+  char buf[160];
+  for (const auto& c : checks)
+    if (c.benchmarked && !c.bench.within_budget) {
+      std::snprintf(buf, sizeof buf, "%sprofile '%s' p99 %.2f ms", missed.empty() ? "" : ", ", c.profile.c_str(), c.bench.latency.p99_ms);
+      missed += buf;
+    }
+  if (streaming && streaming->steps > 0 && streaming->latency.p99_ms > streaming->budget_ms) {
+    std::snprintf(buf, sizeof buf, "%sstreaming p99 %.2f ms", missed.empty() ? "" : ", ", streaming->latency.p99_ms);
+    missed += buf;
+  }
+  if (missed.empty()) return Status::Ok();
+  const double budget = checks.empty() ? 0 : checks.front().bench.budget_ms;
+  std::snprintf(buf, sizeof buf, " over the %.4g ms budget (benchmark.enforce_budget)", budget);
+  return FailedPrecondition(missed + buf);
+}
+
 Status run(const Args& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const history::RunStart start = history::run_start_now();
+  if (!args.label.empty() && args.record_db.empty()) return InvalidArgument("--label needs --record DB");
   EngineBuildRequest request;
   request.config_path = args.config;
   request.output = args.output;
@@ -100,6 +126,21 @@ Status run(const Args& args) {
     if (eq == std::string::npos || eq == 0) return InvalidArgument("--set expects KEY=VALUE, got '" + kv + "'");
     request.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  request.configure = [&](BuildConfig& cfg) -> Status {
+    if (!args.record_db.empty()) cfg.history = {args.record_db, args.label};
+    if (args.enforce_budget) cfg.benchmark.enforce_budget = true;
+    if (!cfg.history.db.empty() && args.no_bench) return InvalidArgument("recording into a history needs the benchmark (drop --no-bench)");
+    return Status::Ok();
+  };
+  // What the report gains for the history: when, from what and where (history/provenance.h).
+  double prov_ms = 0;
+  request.before_report = [&](EngineBuildOutcome& out, std::map<std::string, std::string>& extra, std::string& machine) -> Status {
+    const auto p0 = std::chrono::steady_clock::now();
+    const bool traces = !out.config.history.db.empty() && !args.no_bench;
+    KILN_RETURN_IF_ERROR(history::add_run_sections(out, start, traces, extra, machine).status());
+    prov_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
+    return Status::Ok();
+  };
   KILN_ASSIGN_OR_RETURN(EngineBuildOutcome out, run_engine_build(request, progress));
   if (request.benchmark) {
     print_table(out.checks);
@@ -108,6 +149,18 @@ Status run(const Args& args) {
   }
   std::printf("\nengine: %s (%.1f MB, %zu profiles)\nreport: %s\n", out.built.engine_path.c_str(),
               static_cast<double>(out.built.engine_bytes) / 1e6, out.built.profiles.size(), out.report_path.c_str());
+  const BuildConfig& cfg = out.config;
+  if (!cfg.history.db.empty()) {
+    const auto rec_t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(int64_t id, history::record_report(cfg.history.db, out.report_json, out.report_path));
+    const double rec_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rec_t0).count();
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("history: run %lld recorded into %s%s; provenance and traces %.0f ms + recording %.0f ms = %.2f%% of this run's %.1f s\n",
+                static_cast<long long>(id), cfg.history.db.c_str(), cfg.history.label.empty() ? "" : (" as '" + cfg.history.label + "'").c_str(),
+                prov_ms, rec_ms, 100 * (prov_ms + rec_ms) / wall_ms, wall_ms / 1e3);
+  }
+  if (request.benchmark && cfg.benchmark.enforce_budget)
+    KILN_RETURN_IF_ERROR(check_budgets(out.checks, out.streaming ? &*out.streaming : nullptr));
   return Status::Ok();
 }
 
@@ -124,6 +177,11 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", args.output, "Engine file to write (default: the config's `output`)");
   app.add_option("--report", args.report, "Report JSON to write (default: ENGINE.report.json)");
   app.add_flag("--no-bench", args.no_bench, "Build, load back and check only: no benchmark, no per-layer profile, no matmul peak");
+  app.add_option("--record", args.record_db, "Store the benchmark run in the history file DB (engine-perf reads it); also history.db")
+      ->type_name("DB");
+  app.add_option("--label", args.label, "Label the recorded run (engine-perf compare takes labels); also history.label")->type_name("NAME");
+  app.add_flag("--enforce-budget", args.enforce_budget,
+               "Exit non-zero when a profile's p99 misses its budget; also benchmark.enforce_budget");
   app.add_option("--set", args.overrides,
                  "Override a config key by dotted path with a YAML value, e.g. --set benchmark.iterations=20 or "
                  "--set 'profiles.full.dims.timesteps={min: 1, opt: 6, max: 6}' (repeatable)")

@@ -2,7 +2,8 @@
 """Every tool's --help lists every option it accepts: the options are read from the tool's source
 (tools/<tool>.cpp with '-' as '_', and tools/cli_common.h, which every tool uses) as CLI11
 add_option / add_flag names, and each long name must appear in the help text. The tool must also
-exit 0 on --help and reject an unknown option with one line on stderr.
+exit 0 on --help (a tool with subcommands: --help-all) and reject an unknown option with one line
+on stderr.
 
   test_tool_help.py --source-dir DIR --tool NAME=PATH [--tool NAME=PATH ...]
 """
@@ -40,6 +41,8 @@ def main():
         sources = [os.path.join(a.source_dir, "tools", name.replace("-", "_") + ".cpp"), os.path.join(a.source_dir, "tools", "cli_common.h")]
         options = declared_options(sources)
         r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+        if "--help-all" in r.stdout:   # a tool with subcommands lists them all under --help-all
+            r = subprocess.run([path, "--help-all"], capture_output=True, text=True, timeout=60)
         missing = sorted(o for o in options if o not in r.stdout)
         problems = []
         if r.returncode != 0:

@@ -362,5 +362,26 @@ TEST(BuildConfig, ShippedConfigsLoad) {
   EXPECT_EQ(inc->streaming.max_steps, 5);
 }
 
+// history: {db, label} (engine-perf's history file, relative to the config) and
+// benchmark.enforce_budget; wrong values name the key.
+TEST(BuildConfig, HistoryAndBudgetGate) {
+  auto r = parse_build_config(std::string(kMinimal) + "history: {db: ../build/perf.db, label: nightly}\nbenchmark: {enforce_budget: true}\n",
+                              "cfg/test.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->history.db, "build/perf.db");
+  EXPECT_EQ(r->history.label, "nightly");
+  EXPECT_TRUE(r->benchmark.enforce_budget);
+  auto d = parse_build_config(kMinimal, "cfg/test.yaml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->history.db.empty());
+  EXPECT_FALSE(d->benchmark.enforce_budget);
+  auto bad = parse_build_config(std::string(kMinimal) + "benchmark: {enforce_budget: maybe}\n", "cfg/test.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'benchmark.enforce_budget'"), std::string::npos) << bad.status().message();
+  auto typo = parse_build_config(std::string(kMinimal) + "history: {database: x.db}\n", "cfg/test.yaml");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("'history.database'"), std::string::npos) << typo.status().message();
+}
+
 }  // namespace
 }  // namespace kiln
