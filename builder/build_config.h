@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/engine_info.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -32,14 +33,7 @@ struct ProfileConfig {
   int line = 0;                                // where the profile is declared (for errors)
 };
 
-// How benchmark and validation inputs are generated.
-struct InputGenerator {
-  std::string kind;        // "uniform" (floats, [low, high)), "randint" (ints, [low, high)), "zeros", "ones",
-                           // "block_causal" (bool mask [new, total], True = may attend), "causal"
-  double low = 0, high = 1;
-  int64_t block = 0;       // block_causal: tokens per block (timestep)
-  uint64_t seed = 0;       // 0 = derived from the input name
-};
+// InputGenerator (the `inputs:` section) is in kiln/engine_info.h: engines record it.
 
 struct BenchmarkConfig {
   double rate_hz = 10;

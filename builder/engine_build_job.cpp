@@ -1,5 +1,7 @@
 #include "builder/engine_build_job.h"
 
+#include <omp.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -94,12 +96,13 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   }
 
   // Plugin libraries load before the import so the model's custom ops resolve; the engine records
-  // their absolute paths and loads them again wherever it is loaded.
-  std::vector<std::string> plugin_libraries;
+  // their names, versions and file names, and the loader finds them again on its search path.
+  std::vector<PluginLibraryInfo> plugin_libraries;
   for (const auto& lib : cfg.plugin_libraries) {
     KILN_RETURN_IF_ERROR(PluginRegistry::global().load_library(lib).with_context(cfg.config_path + ": plugins.load"));
-    plugin_libraries.push_back(PluginRegistry::canonical_library_path(lib));
-    progress("loaded plugin library " + plugin_libraries.back());
+    KILN_ASSIGN_OR_RETURN(PluginLibraryInfo info, PluginRegistry::global().library_info(lib));
+    progress("loaded plugin library '" + info.name + "' version " + info.version + " from " + info.built_from);
+    plugin_libraries.push_back(std::move(info));
   }
 
   auto t0 = std::chrono::steady_clock::now();
@@ -191,6 +194,8 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   in.source_model = std::filesystem::path(cfg.model).filename().string();
   in.precision = int8 ? "int8" : bf16 ? "bf16" : "fp32";
   in.plugin_libraries = plugin_libraries;
+  in.tactic_threads = tune ? omp_get_max_threads() : 0;   // the caller's hook times tactics at this thread count
+  in.input_generators = cfg.inputs;
   in.has_streaming = cfg.streaming.present;
   if (in.has_streaming) in.streaming = streaming_spec(cfg);
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that, plus

@@ -120,7 +120,24 @@ StatusOr<std::string> serialize_engine(const EngineWriteInput& in) {
     w->set_nbytes(t.nbytes());
     blob_size = align_up(blob_size + t.nbytes());
   }
-  for (const auto& lib : in.plugin_libraries) meta.add_plugin_libraries()->set_path(lib);
+  for (const auto& lib : in.plugin_libraries) {
+    auto* pl = meta.add_plugin_libraries();
+    pl->set_path(lib.built_from);
+    pl->set_name(lib.name);
+    pl->set_version(lib.version);
+    pl->set_file_name(lib.file_name);
+    for (const auto& id : lib.plugins) pl->add_plugins(id);
+  }
+  meta.set_tactic_threads(in.tactic_threads);
+  for (const auto& [name, g] : in.input_generators) {  // std::map: sorted, deterministic
+    auto* pg = meta.add_input_generators();
+    pg->set_input(name);
+    pg->set_kind(g.kind);
+    pg->set_low(g.low);
+    pg->set_high(g.high);
+    pg->set_block(g.block);
+    pg->set_seed(g.seed);
+  }
   if (in.has_streaming) {
     auto* st = meta.mutable_streaming();
     st->set_cold_start(in.streaming.cold_start);

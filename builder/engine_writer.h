@@ -2,10 +2,12 @@
 // once across profiles (deduplicated by storage and then by content), 64-byte aligned.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kiln/engine_info.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
 
@@ -16,9 +18,11 @@ struct EngineWriteInput {
   std::string source_model;
   std::string precision = "fp32";
   uint64_t required_cpu_features = 0;
-  std::vector<std::string> plugin_libraries;
+  std::vector<PluginLibraryInfo> plugin_libraries;
   bool has_streaming = false;
   StreamingSpec streaming;
+  int tactic_threads = 0;                              // threads the tactics were timed at; 0 = none timed
+  std::map<std::string, InputGenerator> input_generators;
 };
 
 // Serializes to bytes (deterministic: the same input gives the same bytes).

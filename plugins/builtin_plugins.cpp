@@ -9,6 +9,7 @@ extern "C" const KilnPluginLibrary* kiln_builtin_plugin_library() {
   static kiln::PluginCreator* const creators[] = {
       kiln::attention_plugin_creator(),  // kiln::Attention@1, plugins/attention/CONTRACT.md
   };
-  static const KilnPluginLibrary table = {kiln::kKilnPluginApiVersion, "builtin", sizeof creators / sizeof creators[0], creators};
+  static const KilnPluginLibrary table = {kiln::kKilnPluginApiVersion, "builtin", sizeof creators / sizeof creators[0], creators,
+                                          "builtin"};
   return &table;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -14,6 +15,7 @@
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
 #include "runtime/memory_budget.h"
+#include "runtime/log.h"
 
 namespace kiln {
 
@@ -61,26 +63,9 @@ StatusOr<Shape> checked_shape(const google::protobuf::RepeatedField<int64_t>& di
 
 }  // namespace
 
-// The trust rule of LoadOptions::allowed_plugins: an engine names libraries; kiln opens only those
-// the caller chose. Paths compare after resolving symlinks, so "../x/lib.so" cannot pose as an
-// allowed one, and a folder allows the files directly in it only.
-static Status check_plugin_allowed(const std::string& recorded, const std::string& engine, const LoadOptions& options) {
-  const std::string lib = PluginRegistry::canonical_library_path(recorded);
-  for (const std::string& loaded : PluginRegistry::global().loaded_libraries())
-    if (loaded == lib) return Status::Ok();
-  for (const std::string& allowed : options.allowed_plugins)
-    if (PluginRegistry::canonical_library_path(allowed) == lib) return Status::Ok();
-  const std::string folder = std::filesystem::path(lib).parent_path().string();
-  for (const std::string& dir : options.plugin_dirs)
-    if (PluginRegistry::canonical_library_path(dir) == folder) return Status::Ok();
-  return Status(StatusCode::kFailedPrecondition,
-                "engine '" + engine + "' names plugin library '" + lib +
-                    "', which the caller has not allowed: kiln opens no library on an engine file's say-so (load it first, list it in "
-                    "LoadOptions::allowed_plugins, or pass engine-run --plugin " + lib + ")");
-}
-
 // Validates and decodes a whole engine image (file mmap or memory copy) into `out`.
-Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, const LoadOptions& options, Engine& out) {
+Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name,
+                         const std::vector<std::string>& plugin_dirs, Engine& out) {
   const char* base = static_cast<const char*>(image.get());
   if (size < kEngineHeaderBytes) return fail(name, "file is " + std::to_string(size) + " bytes, smaller than the 128-byte header (truncated or not an engine)");
   EngineHeader h;
@@ -108,9 +93,13 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
 
   // Plugin libraries first: the plans' plugin steps must find their creators.
   for (const auto& lib : meta.plugin_libraries()) {
-    KILN_RETURN_IF_ERROR(check_plugin_allowed(lib.path(), name, options));
-    Status st = PluginRegistry::global().load_library(lib.path());
-    if (!st.ok()) return Status(st.code(), "engine '" + name + "' needs a plugin library it cannot load: " + st.message());
+    PluginLibraryInfo info{lib.name(), lib.version(), lib.file_name(), lib.path(), {lib.plugins().begin(), lib.plugins().end()}};
+    if (info.name.empty())
+      return Status(StatusCode::kUnimplemented, "engine '" + name + "' (format " + std::to_string(h.format_version) +
+                    ") records its plugin library '" + lib.path() + "' by path only; rebuild the engine with this kiln");
+    Status st = PluginRegistry::global().require_library(info, plugin_dirs);
+    if (!st.ok()) return Status(st.code(), "engine '" + name + "': " + st.message());
+    out.info_.plugin_libraries.push_back(std::move(info));
   }
 
   // Weights: bounds, alignment and sizes, then borrowed views into the image (no copy).
@@ -235,7 +224,9 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
   out.info_.file_bytes = size;
   out.info_.weight_bytes = weight_bytes;
   out.info_.weight_count = weights.size();
-  for (const auto& lib : meta.plugin_libraries()) out.info_.plugin_libraries.push_back(lib.path());
+  out.info_.tactic_threads = meta.tactic_threads();
+  for (const auto& g : meta.input_generators())
+    out.info_.input_generators[g.input()] = InputGenerator{g.kind(), g.low(), g.high(), g.block(), g.seed()};
   if (meta.has_streaming()) {
     const auto& st = meta.streaming();
     StreamingSpec& spec = out.info_.streaming;
@@ -248,6 +239,10 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
     spec.mask_input = st.mask_input();
     spec.mask_block = st.mask_block();
   }
+  if (log_enabled(LogLevel::kDebug))
+    log_debug("loaded engine '" + name + "': format " + std::to_string(h.format_version) + ", " + std::to_string(out.profiles_.size()) +
+              " profiles, " + std::to_string(weights.size()) + " weights (" + std::to_string(weight_bytes) + " bytes), " +
+              std::to_string(meta.plugin_libraries_size()) + " plugin libraries");
   return Status::Ok();
 }
 
@@ -271,6 +266,31 @@ Status settle_image(const void* image, size_t size, const std::string& name, con
 }
 
 }  // namespace
+
+std::vector<std::string> plugin_search_dirs(const LoadOptions& options, const std::string& engine_dir) {
+  // Explicitly allowed library files: their folders are searched first.
+  std::vector<std::string> dirs;
+  for (const std::string& lib : options.allowed_plugins) {
+    std::error_code ec;
+    const auto folder = std::filesystem::absolute(lib, ec).parent_path().string();
+    if (!ec) dirs.push_back(folder);
+  }
+  dirs.insert(dirs.end(), options.plugin_dirs.begin(), options.plugin_dirs.end());
+  if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
+    std::string item;
+    for (const char* c = env;; ++c) {
+      if (*c == ':' || *c == '\0') {
+        if (!item.empty()) dirs.push_back(item);
+        item.clear();
+        if (!*c) break;
+      } else {
+        item += *c;
+      }
+    }
+  }
+  if (!engine_dir.empty()) dirs.push_back(engine_dir);
+  return dirs;
+}
 
 StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path, const LoadOptions& options) {
   if (options.max_memory) set_max_memory(options.max_memory);
@@ -302,7 +322,9 @@ StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path, con
     release_memory(size);
   });
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, options, *engine));
+  std::error_code ec;
+  std::string dir = std::filesystem::absolute(path, ec).parent_path().string();
+  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, plugin_search_dirs(options, ec ? std::string() : dir), *engine));
   KILN_RETURN_IF_ERROR(settle_image(p, size, path, options));
   engine->image_ = std::move(image);
   return engine;
@@ -316,7 +338,7 @@ StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t s
   if (!copy) return ResourceExhausted("out of memory loading engine '" + name + "' (" + std::to_string(size) + " bytes)");
   if (size) std::memcpy(copy.get(), data, size);
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, options, *engine));
+  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, plugin_search_dirs(options, {}), *engine));
   KILN_RETURN_IF_ERROR(settle_image(copy.get(), size, name, options));
   engine->image_ = std::move(copy);
   return engine;

@@ -29,6 +29,10 @@
 //   2  kiln's fused ops (FusedMatMul, FusedConv, FusedRotary) are saved in their own domain
 //      (kKilnDomain, "ai.kiln") instead of the default ONNX domain. Version-1 files still load:
 //      their fused steps have the empty domain, and kernels are found by op type.
+//   3  plugin libraries recorded by name, version and file name (the build path only as a hint), so
+//      an engine moved with its libraries finds them on the plugin search path; the thread count
+//      the tactics were timed at; the config's input generators. The loader reads format 1 and 2
+//      files, except those that need a plugin library (recorded by path only): rebuild those.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +42,7 @@
 namespace kiln {
 
 constexpr char kEngineMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
-constexpr uint32_t kEngineFormatVersion = 2;
+constexpr uint32_t kEngineFormatVersion = 3;
 constexpr uint32_t kEngineHeaderBytes = 128;
 constexpr size_t kWeightAlignment = 64;
 constexpr const char* kProducerVersion = "kiln 0.1.0";

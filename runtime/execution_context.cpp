@@ -397,6 +397,9 @@ Status ExecutionContext::bind_output(const std::string& name, const TensorView& 
     if (plan_->values[v].name == name) {
       if (plan_->values[v].constant >= 0) return InvalidArgument("output '" + name + "' is a constant of the model; read it with output()");
       if (buffer.present() && buffer.numel() > 0 && buffer.data == nullptr) return InvalidArgument("bound buffer for output '" + name + "' has no data");
+      // The arena plan decides around bound outputs (a Concat hosting its inputs, views): binding
+      // or unbinding one plans again; a new buffer in place of a bound one does not.
+      if (bound_outputs_[v].present() != buffer.present()) arena_valid_ = false;
       bound_outputs_[v] = buffer;
       return Status::Ok();
     }

@@ -24,15 +24,6 @@
 
 namespace kiln {
 
-struct StreamingStepStats {
-  bool cold_start = false;
-  int64_t cached_rows = 0;           // cache rows the step attended to
-  int64_t new_rows = 0;              // rows the step appended
-  uint64_t state_bytes_copied = 0;   // bytes moved for state (compaction, fallbacks), not the appends
-  uint64_t state_bytes_appended = 0; // the new rows the step wrote into the state buffers
-  bool in_place = true;              // every state input was read and every state output written in place
-};
-
 class StreamingSession {
  public:
   // Both profiles' contexts are created prepared (ExecutionContext::prepare_for_profile).

@@ -1,29 +1,4 @@
-// What a streaming session needs to know about an engine: which profile starts, which one steps,
-// which outputs feed which inputs, and the window. engine-build records it in the engine file.
+// Moved to the public headers: include/kiln/streaming_spec.h (kiln's installed API).
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
-namespace kiln {
-
-struct StreamingStateSpec {
-  std::string output;  // produced by a step...
-  std::string input;   // ...and fed to the next one
-  int axis = 0;        // the axis the state grows along
-};
-
-struct StreamingSpec {
-  std::string cold_start;  // profile of the first step
-  std::string step;        // profile of every later step
-  std::vector<StreamingStateSpec> state;
-  int64_t tokens_per_step = 0;  // rows one timestep adds along a state axis
-  int64_t max_steps = 0;        // the window: at most max_steps * tokens_per_step cached rows
-  // A bool [new, total] mask input the session fills itself (block-causal in blocks of
-  // mask_block tokens; true = may attend). Empty: the caller passes the mask.
-  std::string mask_input;
-  int64_t mask_block = 0;
-};
-
-}  // namespace kiln
+#include "kiln/streaming_spec.h"

@@ -4,10 +4,11 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libprotobuf-dev protobuf-compiler libonnx-dev libyaml-cpp-dev libspdlog-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   libbenchmark-dev libgtest-dev libdnnl-dev
   ocl-icd-opencl-dev opencl-c-headers  # dnnl-config.cmake (Debian's libdnnl-dev) finds OpenCL
   python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
+  python3-dev python3-pybind11 pybind11-dev   # the Python package kiln (python/)
   # engine-perf: history in SQLite, JSON, its command line, file hashes; the dashboard's browser test
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libssl-dev chromium
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh

@@ -19,6 +19,7 @@
 #include "profiles/history/report_json.h"
 #include "profiles/history/run_store.h"
 #include "profiles/history/statistics.h"
+#include "tools/cli_common.h"
 #include "tools/omp_wait_policy.h"
 
 namespace kiln {
@@ -235,8 +236,10 @@ int main(int argc, char** argv) {
   using namespace kiln;
   use_passive_omp_wait_policy(argv);
   CLI::App app{"engine-perf: kiln's benchmark history (one SQLite file): record, import, compare, A/B, change points, dashboard"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);   // none given: a one-line error below, after unknown arguments are reported
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  LogOptions log;
+  add_log_options(app, log);
 
   std::string rec_db, rec_label;
   std::vector<std::string> rec_rest;
@@ -291,10 +294,11 @@ int main(int argc, char** argv) {
   da->add_option("--title", dash.opts.title, "page title")->capture_default_str();
   da->add_option("--layer-runs", dash.opts.layer_runs, "latest runs per series whose per-layer times the page carries")->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  if (const int code = parse_command_line(app, "engine-perf", argc, argv); code >= 0) return code;
+  apply_log_options("engine-perf", log);
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "engine-perf: a subcommand is required: record, import, compare, ab, history or dashboard (see engine-perf --help)\n");
+    return 2;
   }
   try {
     StatusOr<int> rc = 0;

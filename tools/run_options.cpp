@@ -30,50 +30,62 @@ StatusOr<int> parse_int(const std::string& flag, const std::string& v, int lo, i
 
 }  // namespace
 
-StatusOr<bool> parse_run_option(int argc, char** argv, int* i, RunOptions* o) {
-  const std::string s = argv[*i];
-  auto value = [&]() -> StatusOr<std::string> {
-    if (*i + 1 >= argc) return InvalidArgument(s + " needs a value");
-    return std::string(argv[++*i]);
-  };
-  if (s == "--plugin") {
-    KILN_ASSIGN_OR_RETURN(std::string v, value());
+bool is_run_option(const std::string& flag) {
+  for (const char* f : {"--plugin", "--plugin-dir", "--max-memory", "--lock-memory", "--threads", "--pin-threads", "--realtime"})
+    if (flag == f) return true;
+  return false;
+}
+
+Status set_run_option(const std::string& flag, const std::string& v, RunOptions* o) {
+  if (flag == "--plugin") {
     o->load.allowed_plugins.push_back(v);
-  } else if (s == "--plugin-dir") {
-    KILN_ASSIGN_OR_RETURN(std::string v, value());
+  } else if (flag == "--plugin-dir") {
     o->load.plugin_dirs.push_back(v);
-  } else if (s == "--max-memory") {
-    KILN_ASSIGN_OR_RETURN(std::string v, value());
+  } else if (flag == "--max-memory") {
     KILN_ASSIGN_OR_RETURN(o->load.max_memory, parse_memory_size(v));
     if (o->load.max_memory == 0) return InvalidArgument("--max-memory must be more than 0 bytes");
-  } else if (s == "--lock-memory") {
+  } else if (flag == "--lock-memory") {
     o->load.lock_memory = true;
-  } else if (s == "--threads") {
-    KILN_ASSIGN_OR_RETURN(std::string v, value());
-    KILN_ASSIGN_OR_RETURN(o->pool.threads, parse_int(s, v, 1, 1024));
+  } else if (flag == "--threads") {
+    KILN_ASSIGN_OR_RETURN(o->pool.threads, parse_int(flag, v, 1, 1024));
     o->configure_pool = true;
-  } else if (s == "--pin-threads") {
-    KILN_ASSIGN_OR_RETURN(std::string v, value());
+  } else if (flag == "--pin-threads") {
     o->pool.cpus.clear();
     size_t pos = 0;
     while (pos <= v.size()) {
       const size_t comma = v.find(',', pos);
       const std::string part = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      KILN_ASSIGN_OR_RETURN(int cpu, parse_int(s, part, 0, 4095));
+      KILN_ASSIGN_OR_RETURN(int cpu, parse_int(flag, part, 0, 4095));
       o->pool.cpus.push_back(cpu);
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
     o->configure_pool = true;
-  } else if (s == "--realtime" || s.rfind("--realtime=", 0) == 0) {
+  } else if (flag == "--realtime") {
     o->pool.realtime = true;
-    if (s.size() > 10) {
-      KILN_ASSIGN_OR_RETURN(o->pool.realtime_priority, parse_int("--realtime", s.substr(11), 1, 99));
+    if (!v.empty()) {
+      KILN_ASSIGN_OR_RETURN(o->pool.realtime_priority, parse_int("--realtime", v, 1, 99));
     }
     o->configure_pool = true;
   } else {
-    return false;
+    return InvalidArgument("unknown option '" + flag + "'");
   }
+  return Status::Ok();
+}
+
+StatusOr<bool> parse_run_option(int argc, char** argv, int* i, RunOptions* o) {
+  const std::string s = argv[*i];
+  if (s.rfind("--realtime=", 0) == 0) {
+    KILN_RETURN_IF_ERROR(set_run_option("--realtime", s.substr(11), o));
+    return true;
+  }
+  if (!is_run_option(s)) return false;
+  std::string v;
+  if (s != "--lock-memory" && s != "--realtime") {
+    if (*i + 1 >= argc) return InvalidArgument(s + " needs a value");
+    v = argv[++*i];
+  }
+  KILN_RETURN_IF_ERROR(set_run_option(s, v, o));
   return true;
 }
 

@@ -23,6 +23,10 @@ extern const char* const kRunOptionsHelp;
 // returns true. Errors name the option and the value.
 StatusOr<bool> parse_run_option(int argc, char** argv, int* i, RunOptions* o);
 
+// Sets one of these options from its value ("" for the flags --lock-memory and --realtime).
+bool is_run_option(const std::string& flag);
+Status set_run_option(const std::string& flag, const std::string& value, RunOptions* o);
+
 // Applies the memory cap (the option, else KILN_MAX_MEMORY, which is validated here) and the
 // scheduling options. A scheduling request the system refuses (SCHED_FIFO without permission) is
 // printed as a one-line warning and the run continues at normal priority.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/engine.h"
 #include "runtime/status.h"

@@ -3,10 +3,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <map>
+
+#include "runtime/log.h"
 
 namespace kiln {
 
@@ -51,7 +51,7 @@ PluginRegistry& PluginRegistry::global() {
     auto* r = new PluginRegistry();  // never destroyed: creators of loaded libraries outlive static destruction order
     const Status st = register_builtin_plugins(*r);
     // Only a broken built-in table can fail here (a unit test guards it); say so rather than hide it.
-    if (!st.ok()) std::fprintf(stderr, "kiln: built-in plugins: %s\n", st.message().c_str());
+    if (!st.ok()) log_error("built-in plugins: " + st.message());
     return r;
   }();
   return *registry;
@@ -102,10 +102,15 @@ const PluginEntry* PluginRegistry::find(const std::string& plugin_namespace, con
 }
 
 Status PluginRegistry::load_library(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return load_locked(path, nullptr);
+}
+
+Status PluginRegistry::load_locked(const std::string& path, const PluginLibraryInfo* expect) {
   const std::string lib = canonical_library_path(path);
   auto fail = [&](const std::string& what) { return InvalidArgument("cannot load plugin library '" + lib + "': " + what); };
-  std::lock_guard<std::mutex> lock(mu_);
-  if (library_set_.count(lib)) return Status::Ok();
+  for (const auto& l : libraries_)
+    if (l.path == lib) return Status::Ok();
   void* handle = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) return fail(str_or(::dlerror()));
   // Nothing of a rejected library may stay registered or mapped.
@@ -127,11 +132,62 @@ Status PluginRegistry::load_library(const std::string& path) {
   } catch (...) {
     return reject(KILN_PLUGIN_LIBRARY_ENTRY "() threw an unknown exception");
   }
+  if (table && table->api_version == kKilnPluginApiVersion) {
+    const std::string name = str_or(table->library_name), version = str_or(table->library_version);
+    if (name.empty() || version.empty()) return reject("its table has an empty library_name or library_version");
+    for (const auto& l : libraries_)
+      if (l.name == name) return reject("a library named '" + name + "' is already loaded from '" + l.path + "'");
+    if (expect && (name != expect->name || version != expect->version))
+      return reject("it is '" + name + "' version " + version + ", not '" + expect->name + "' version " + expect->version);
+  }
   Status st = add_table_locked(table, lib);
   if (!st.ok()) return reject(st.message());
-  libraries_.push_back(lib);
-  library_set_.insert(lib);
+  libraries_.push_back({lib, str_or(table->library_name), str_or(table->library_version)});
   return Status::Ok();
+}
+
+StatusOr<PluginLibraryInfo> PluginRegistry::library_info(const std::string& path) const {
+  const std::string lib = canonical_library_path(path);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& l : libraries_)
+    if (l.path == lib) {
+      PluginLibraryInfo info;
+      info.name = l.name;
+      info.version = l.version;
+      info.file_name = std::filesystem::path(l.path).filename().string();
+      info.built_from = l.path;
+      for (const auto& e : entries_)
+        if (e->library == l.path) info.plugins.push_back(e->id());
+      return info;
+    }
+  return NotFound("plugin library '" + lib + "' is not loaded");
+}
+
+Status PluginRegistry::require_library(const PluginLibraryInfo& lib, const std::vector<std::string>& search_dirs) {
+  const std::string what = "plugin library '" + lib.name + "' version " + lib.version + " (" + lib.file_name + ")";
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& l : libraries_)
+    if (l.name == lib.name) {
+      if (l.version == lib.version) return Status::Ok();
+      return FailedPrecondition(what + " is needed, but version " + l.version + " is already loaded from '" + l.path + "'");
+    }
+  // Only a plain file name is searched for: a recorded name with a folder in it never escapes the search path.
+  if (lib.file_name.empty() || lib.file_name.find('/') != std::string::npos || lib.file_name == "." || lib.file_name == "..")
+    return InvalidArgument(what + ": the engine records an invalid file name");
+  std::string searched, rejected;
+  for (const auto& dir : search_dirs) {
+    if (dir.empty()) continue;
+    searched += (searched.empty() ? "" : ", ") + dir;
+    const std::filesystem::path candidate = std::filesystem::path(dir) / lib.file_name;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(candidate, ec)) continue;
+    Status st = load_locked(candidate.string(), &lib);
+    if (st.ok()) return st;
+    rejected += "; " + st.message();
+  }
+  return NotFound(what + " was not found on the plugin search path (" + (searched.empty() ? "empty" : searched) +
+                  "; add folders with KILN_PLUGIN_PATH or the API's plugin search path); it was built from '" + lib.built_from + "'" +
+                  rejected);
 }
 
 Status PluginRegistry::add_table_locked(const KilnPluginLibrary* table, const std::string& library) {
@@ -160,7 +216,9 @@ Status register_builtin_plugins(PluginRegistry& registry) {
 
 std::vector<std::string> PluginRegistry::loaded_libraries() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return libraries_;
+  std::vector<std::string> paths;
+  for (const auto& l : libraries_) paths.push_back(l.path);
+  return paths;
 }
 
 std::vector<std::string> PluginRegistry::plugin_ids() const {

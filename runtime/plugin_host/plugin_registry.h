@@ -5,11 +5,11 @@
 
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "plugins/plugin_api.h"
+#include "kiln/engine_info.h"
+#include "kiln/plugin_api.h"
 
 namespace kiln {
 
@@ -40,6 +40,16 @@ class PluginRegistry {
   // (registration goes through the returned table only).
   Status load_library(const std::string& path);
 
+  // What an engine records of a loaded library (name, version, file name, path), by its path.
+  StatusOr<PluginLibraryInfo> library_info(const std::string& path) const;
+
+  // Makes the library an engine recorded available: nothing to do when a library of that name and
+  // version is loaded (an error when another version is); otherwise `lib.file_name` is looked for in
+  // `search_dirs`, in order, and the first file whose table has the recorded name and version is
+  // loaded. No other file is ever dlopened. Errors are one line naming the library, its version,
+  // the folders searched and the path it was built with.
+  Status require_library(const PluginLibraryInfo& lib, const std::vector<std::string>& search_dirs);
+
   // Absolute paths of the libraries loaded so far, in load order.
   std::vector<std::string> loaded_libraries() const;
   // Every registered plugin, as namespace::name@version, sorted.
@@ -54,11 +64,15 @@ class PluginRegistry {
   Status add_locked(const PluginCreator* creator, const std::string& library);
   // Registers a library's table (API version checked, all or nothing); errors name no library.
   Status add_table_locked(const KilnPluginLibrary* table, const std::string& library);
+  // load_library's work; with `expect`, a table of another name or version is rejected (unloaded).
+  Status load_locked(const std::string& path, const PluginLibraryInfo* expect);
 
+  struct Library {
+    std::string path, name, version;
+  };
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<PluginEntry>> entries_;  // stable addresses
-  std::vector<std::string> libraries_;
-  std::set<std::string> library_set_;
+  std::vector<Library> libraries_;
 };
 
 // Compares plugin versions: numeric parts numerically, others lexicographically. <0, 0, >0.
@@ -73,7 +87,3 @@ Status register_builtin_plugins(PluginRegistry& registry);
 // linked into the runtime: declared here rather than included so the runtime sees nothing of
 // plugins/ but the plugin API.
 extern "C" const KilnPluginLibrary* kiln_builtin_plugin_library();
-
-namespace kiln {
-
-}  // namespace kiln

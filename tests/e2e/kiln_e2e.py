@@ -274,8 +274,9 @@ def run_and_compare(res, label, engine_run_path, target, inputs, expected, out_d
 # ---- errors ----------------------------------------------------------------------------------------
 
 def progress_line(line):
-    """Lines of stderr that are not the error: engine-build's progress and argparse-style usage."""
-    return not line.strip() or line.startswith(("[engine-build]", "usage:", "  "))
+    """Lines of stderr that are not the error: the tools' log lines ("[engine-build] ...",
+    "[engine-run] ...") and argparse-style usage."""
+    return not line.strip() or line.startswith(("[engine-build]", "[engine-run]", "usage:", "  "))
 
 
 def one_line_error_problems(proc, needles):

@@ -93,7 +93,7 @@ def plugin_case(tools, plugin, work):
     r = subprocess.run([tools["engine-run"], str(d / "m.engine"), "--input", f"x={d / 'x.npy'}", "--output-dir", str(d / "out")],
                        capture_output=True, text=True, timeout=120)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
-    if r.returncode != 1 or len(lines) != 1 or "has not allowed" not in lines[0] or (d / "out").exists():
+    if r.returncode != 1 or len(lines) != 1 or "not found on the plugin search path" not in lines[0] or (d / "out").exists():
         return f"untrusted plugin: exit {r.returncode}, stderr {r.stderr.strip()[:400]}"
     r = subprocess.run([tools["engine-run"], str(d / "m.engine"), "--plugin", plugin, "--input", f"x={d / 'x.npy'}", "--output-dir",
                         str(d / "out")], capture_output=True, text=True, timeout=120)

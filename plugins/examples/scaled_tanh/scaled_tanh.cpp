@@ -7,7 +7,7 @@
 #include <cmath>
 #include <new>
 
-#include "plugins/plugin_api.h"
+#include <kiln/plugin_api.h>
 
 namespace {
 
@@ -118,9 +118,9 @@ class ScaledTanhCreator final : public kiln::PluginCreator {
 
 }  // namespace
 
-extern "C" const KilnPluginLibrary* kiln_plugin_library() {
+KILN_PLUGIN_EXPORT const KilnPluginLibrary* kiln_plugin_library() {
   static ScaledTanhCreator creator;
   static kiln::PluginCreator* const creators[] = {&creator};
-  static const KilnPluginLibrary library = {kiln::kKilnPluginApiVersion, "kiln example plugins", 1, creators};
+  static const KilnPluginLibrary library = {kiln::kKilnPluginApiVersion, "kiln example plugins", 1, creators, "1.0"};
   return &library;
 }

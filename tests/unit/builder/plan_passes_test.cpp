@@ -127,7 +127,9 @@ TEST(PlanPasses, Int8LoweringQuantizesCalibratedMatMulsUnlessDisabled) {
     EXPECT_EQ(mm.impl, off ? "" : "onednn_int8");
     EXPECT_EQ(mm.attrs.count("a_scale"), off ? 0u : 1u);
     EXPECT_EQ(built->fp32_plan != nullptr, !off);
-    if (!off) EXPECT_EQ(fused_matmul(*built->fp32_plan).impl, "");
+    if (!off) {
+      EXPECT_EQ(fused_matmul(*built->fp32_plan).impl, "");
+    }
   }
   // A step calibration gave no scale stays as it was.
   const std::map<std::string, float> none;

@@ -1,6 +1,8 @@
 // An external plugin library end to end: engine-build loads it (plugins: {load: [...]}) to build
-// a model with an example::ScaledTanh node, the engine records it, and loading the engine (in this
-// process and in engine-run) loads it again; without the file the engine does not load.
+// a model with an example::ScaledTanh node, the engine records it by name, version and file name,
+// and loading the engine (in this process and in engine-run) finds it again on the plugin search
+// path (the API's, KILN_PLUGIN_PATH, the engine's folder); a missing or wrong-version library is a
+// one-line error naming it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,22 +96,20 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
   const fs::path cfg = write_config(scaled_tanh_model(2.0f, 0.5f), true);
   CommandResult build = run_command(std::string(KILN_ENGINE_BUILD) + " " + cfg.string() + " --no-bench --report " + (dir_ / "report.json").string());
   ASSERT_EQ(build.exit_code, 0) << build.output;
-  EXPECT_NE(build.output.find("loaded plugin library " + lib_.string()), std::string::npos) << build.output;
+  EXPECT_NE(build.output.find("loaded plugin library 'kiln example plugins' version 1.0 from " + lib_.string()), std::string::npos)
+      << build.output;
 
-  // The engine names its library, but loading it opens the library only when the caller allows it.
-  // (This process has not loaded it: engine-build did, in its own process.)
-  auto refused = Engine::load_file((dir_ / "model.engine").string());
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("has not allowed"), std::string::npos) << refused.status().message();
-  EXPECT_NE(refused.status().message().find(lib_.string()), std::string::npos) << refused.status().message();
-  LoadOptions wrong_dir;
-  wrong_dir.plugin_dirs = {dir_.string()};  // the library is in dir_/lib, not directly in dir_
-  EXPECT_FALSE(Engine::load_file((dir_ / "model.engine").string(), wrong_dir).ok());
-  LoadOptions allow;
-  allow.plugin_dirs = {(dir_ / "lib").string()};
-  auto engine = Engine::load_file((dir_ / "model.engine").string(), allow);
+  LoadOptions options;
+  options.plugin_dirs = {(dir_ / "lib").string()};
+  auto engine = Engine::load_file((dir_ / "model.engine").string(), options);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
-  EXPECT_EQ((*engine)->info().plugin_libraries, std::vector<std::string>{lib_.string()});  // absolute
+  ASSERT_EQ((*engine)->info().plugin_libraries.size(), 1u);
+  const PluginLibraryInfo& recorded = (*engine)->info().plugin_libraries[0];
+  EXPECT_EQ(recorded.name, "kiln example plugins");
+  EXPECT_EQ(recorded.version, "1.0");
+  EXPECT_EQ(recorded.file_name, "libkiln_example_plugin.so");
+  EXPECT_EQ(recorded.built_from, lib_.string());   // absolute: a hint for error messages only
+  EXPECT_EQ(recorded.plugins, std::vector<std::string>{"example::ScaledTanh@1"});
   const Plan& plan = *(*engine)->plan(0);
   const PlanStep* step = nullptr;
   for (const auto& s : plan.steps)
@@ -133,23 +133,45 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y.as<float>()[i], std::max(0.0f, 2.0f * std::tanh(0.5f * x[i])), 1e-6f) << i;
   }
 
-  // engine-run, a fresh process, loads the recorded library when it is named with --plugin.
+  // engine-run, a fresh process, finds the recorded library on each kind of search path.
   std::vector<float> x = {-1.5f, -0.25f, 0.0f, 0.3f, 1.0f, 4.0f};
   ASSERT_TRUE(write_npy((dir_ / "x.npy").string(), TensorView{x.data(), DType::kFloat32, Shape{2, 3}}).ok());
-  CommandResult run = run_command(std::string(KILN_ENGINE_RUN) + " " + (dir_ / "model.engine").string() + " --plugin " + lib_.string() + " --profile p --input x=" +
-                        (dir_ / "x.npy").string() + " --output-dir " + (dir_ / "out").string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  auto y = read_npy((dir_ / "out" / "y.npy").string());
-  ASSERT_TRUE(y.ok()) << y.status().message();
-  ASSERT_EQ(y->shape(), (Shape{2, 3}));
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y->as<float>()[i], std::max(0.0f, 2.0f * std::tanh(0.5f * x[i])), 1e-6f) << i;
+  auto run_engine = [&](const fs::path& engine, const std::string& prefix, const std::string& extra) {
+    fs::remove_all(dir_ / "out");
+    CommandResult run = run_command(prefix + std::string(KILN_ENGINE_RUN) + " " + engine.string() + " --profile p --input x=" +
+                                    (dir_ / "x.npy").string() + " --output-dir " + (dir_ / "out").string() + extra);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    auto y = read_npy((dir_ / "out" / "y.npy").string());
+    ASSERT_TRUE(y.ok()) << y.status().message();
+    ASSERT_EQ(y->shape(), (Shape{2, 3}));
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y->as<float>()[i], std::max(0.0f, 2.0f * std::tanh(0.5f * x[i])), 1e-6f) << i;
+  };
+  run_engine(dir_ / "model.engine", "", " --plugin-dir " + (dir_ / "lib").string());
+  run_engine(dir_ / "model.engine", "KILN_PLUGIN_PATH=/nonexistent:" + (dir_ / "lib").string() + " ", "");
+  // Copied with its library to another folder, the engine loads from there (its own folder).
+  fs::create_directories(dir_ / "elsewhere");
+  fs::copy_file(dir_ / "model.engine", dir_ / "elsewhere" / "model.engine");
+  fs::copy_file(lib_, dir_ / "elsewhere" / "libkiln_example_plugin.so");
+  fs::rename(lib_, dir_ / "moved.so");   // the build path holds nothing now
+  run_engine(dir_ / "elsewhere" / "model.engine", "", "");
+  fs::rename(dir_ / "moved.so", lib_);   // back at the build path, which is not on the search path
 
-  // Without the library file the engine does not load, and says which library it needs.
-  fs::rename(lib_, dir_ / "moved.so");
-  CommandResult missing = run_command(std::string(KILN_ENGINE_RUN) + " --plugin " + lib_.string() + " --inspect " + (dir_ / "model.engine").string());
+  // Without the library on the search path the engine does not load, and says which library it
+  // needs, where it looked and where it was built from; the build path itself is never opened.
+  CommandResult missing = run_command(std::string(KILN_ENGINE_RUN) + " --inspect " + (dir_ / "model.engine").string());
   EXPECT_NE(missing.exit_code, 0) << missing.output;
-  EXPECT_NE(missing.output.find(lib_.string()), std::string::npos) << missing.output;
+  for (const std::string& needle : {std::string("'kiln example plugins' version 1.0"), std::string("libkiln_example_plugin.so"),
+                                    std::string("not found on the plugin search path"), lib_.string()})
+    EXPECT_NE(missing.output.find(needle), std::string::npos) << needle << " in " << missing.output;
   EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;
+
+  // A library of another version under the recorded file name is not taken.
+  fs::copy_file(KILN_TEST_PLUGIN_WRONG_VERSION, dir_ / "libkiln_example_plugin.so");
+  CommandResult wrong = run_command(std::string(KILN_ENGINE_RUN) + " --inspect " + (dir_ / "model.engine").string());
+  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+  EXPECT_NE(wrong.output.find("it is 'kiln example plugins' version 2.0, not 'kiln example plugins' version 1.0"), std::string::npos)
+      << wrong.output;
+  EXPECT_EQ(std::count(wrong.output.begin(), wrong.output.end(), '\n'), 1) << wrong.output;
 }
 
 TEST_F(PluginEngine, AnUnregisteredCustomOpFailsTheBuild) {

@@ -1,0 +1,67 @@
+#include "tools/timed_runs.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "builder/json_text.h"
+#include "profiles/latency_stats.h"
+
+namespace kiln {
+
+StatusOr<TimedRuns> time_runs(const std::function<Status()>& run, const TimingOptions& options,
+                              const std::vector<std::pair<std::string, std::string>>& context) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < options.warmup; ++i) KILN_RETURN_IF_ERROR(run());
+  TimedRuns t;
+  const int min_runs = options.iterations > 0 ? options.iterations : 1;
+  if (options.iterations > 0) {
+    t.start_ms.reserve(static_cast<size_t>(options.iterations));
+    t.latency_ms.reserve(static_cast<size_t>(options.iterations));
+  }
+  // Also the process's CPU time per run (every thread): on a shared machine a run's wall time
+  // mostly measures waiting for a core, its CPU time still the work (compare at equal threads).
+  auto cpu_now_ms = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+  };
+  const auto begin = Clock::now();
+  for (;;) {
+    const double c0 = cpu_now_ms();
+    const auto t0 = Clock::now();
+    KILN_RETURN_IF_ERROR(run());
+    const auto t1 = Clock::now();
+    t.cpu_ms.push_back(cpu_now_ms() - c0);
+    t.start_ms.push_back(std::chrono::duration<double, std::milli>(t0 - begin).count());
+    t.latency_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (static_cast<int>(t.latency_ms.size()) >= min_runs && std::chrono::duration<double>(t1 - begin).count() >= options.duration_s) break;
+  }
+  const LatencyStats s = compute_latency_stats(t.latency_ms), cpu = compute_latency_stats(t.cpu_ms);
+  std::cout << "latency over " << s.iterations << " iterations (after " << options.warmup << " warm-up): " << latency_line(s) << "\n";
+  std::cout << "cpu time per run (all threads): " << latency_line(cpu) << "\n";
+  if (!options.json.empty()) {
+    std::ofstream f(options.json);
+    f << "{\"latency_ms\": " << latency_json(s) << ", \"cpu_ms\": " << latency_json(cpu) << ", \"iterations\": " << s.iterations << "}\n";
+    if (!f) return IoError("cannot write '" + options.json + "'");
+  }
+  if (!options.export_times.empty()) {
+    std::ofstream f(options.export_times);
+    f << "{";
+    for (const auto& [key, value] : context) f << json_string(key) << ": " << json_string(value) << ", ";
+    f << "\"warmup\": " << options.warmup << ", \"runs\": [";
+    char buf[96];
+    for (size_t i = 0; i < t.latency_ms.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%s{\"start_ms\": %.6f, \"latency_ms\": %.6f}", i ? ", " : "", t.start_ms[i], t.latency_ms[i]);
+      f << buf;
+    }
+    f << "]}\n";
+    if (!f) return IoError("cannot write '" + options.export_times + "'");
+  }
+  return t;
+}
+
+}  // namespace kiln
