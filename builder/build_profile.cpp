@@ -172,6 +172,9 @@ StatusOr<BuiltProfile> build_profile(const Graph& g, const ResolvedProfile& p, c
   out.profile = p;
   out.pass_log = pg.ctx.log;
   out.attention_sites = pg.ctx.attention_sites;
+  for (const auto* ids : {&pg.graph.inputs, &pg.graph.outputs})
+    for (int id : *ids)
+      for (size_t i = 0; i < 3; ++i) out.io_descs[pg.graph.values[id].name][i] = at_points[i][id];
   KILN_ASSIGN_OR_RETURN(out.plan, lower_to_plan(pg.graph));
   out.plan->profile = p.name;
   for (int v : out.plan->inputs) {

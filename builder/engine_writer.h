@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/entry_spec.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
 
@@ -19,6 +20,8 @@ struct EngineWriteInput {
   std::vector<std::string> plugin_libraries;
   bool has_streaming = false;
   StreamingSpec streaming;
+  std::vector<std::string> plan_entries;   // per plan, its entry (empty list = a single-model engine)
+  std::vector<StateBufferSpec> state;
 };
 
 // Serializes to bytes (deterministic: the same input gives the same bytes).

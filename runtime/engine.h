@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/entry_spec.h"
 #include "runtime/execution_context.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
@@ -22,6 +23,7 @@ struct BindingInfo {
 
 struct ProfileInfo {
   std::string name;
+  std::string entry;           // "" in a single-model engine; else name is "<entry>/<profile>"
   std::vector<BindingInfo> inputs;
   std::vector<BindingInfo> outputs;
 };
@@ -38,6 +40,7 @@ struct EngineInfo {
   std::vector<std::string> plugin_libraries;
   bool has_streaming = false;     // engine-build's `streaming` section, for StreamingSession
   StreamingSpec streaming;
+  std::vector<StateBufferSpec> state;   // engine-build's `state:` section, for Session
 };
 
 class Engine {
@@ -49,6 +52,8 @@ class Engine {
   const EngineInfo& info() const { return info_; }
   const std::vector<ProfileInfo>& profiles() const { return profiles_; }
   int find_profile(const std::string& name) const;  // -1 if absent
+  // Entry names in profile order (one "" for a single-model engine).
+  std::vector<std::string> entries() const;
   std::shared_ptr<const Plan> plan(size_t profile) const { return plans_[profile]; }
   // A new context for `profile`; errors name the known profiles. With `prepare`, the context is run
   // once at the profile's max and opt shapes first (ExecutionContext::prepare_for_profile), so its

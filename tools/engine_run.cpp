@@ -5,6 +5,7 @@
 //   engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE]
 //                     [--profile-layers TRACE.json]
 //   engine-run ENGINE --stream DIR [--output-dir OUT]
+//   engine-run ENGINE --entry NAME [--profile P] --input NAME=FILE ... [--output-dir DIR] [--iterations N]
 //   engine-run --inspect ENGINE
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
 // --profile-layers: one more run, separate from the timed ones, with per-step timing, written as a
@@ -29,6 +30,7 @@
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
+#include "tools/entry_run.h"
 #include "tools/npy_io.h"
 #include "tools/omp_wait_policy.h"
 #include "tools/stream_run.h"
@@ -42,9 +44,11 @@ constexpr const char* kUsage =
     "       engine-run ENGINE --profile NAME --input NAME=FILE ... --output-dir DIR [--iterations N] [--json FILE] "
     "[--profile-layers TRACE.json]\n"
     "       engine-run ENGINE --stream DIR [--output-dir OUT]\n"
+    "       engine-run ENGINE --entry NAME [--profile P] --input NAME=FILE ... [--output-dir DIR] [--iterations N] [--json FILE]\n"
     "       engine-run --inspect ENGINE\n"
     "  --input NAME=FILE: an input; FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
-    "  --profile NAME: the engine's profile to run (may be omitted when the engine has one)\n"
+    "  --profile NAME: the engine's profile to run (may be omitted when the engine has one); with --entry, the entry's profile\n"
+    "  --entry NAME: run one entry of a multi-entry engine in a fresh session; an --input naming a state-bound input sets that state\n"
     "  --output-dir DIR: write each output as DIR/<name>.npy (required unless --iterations or --profile-layers)\n"
     "  --iterations N: time N runs after one warm-up and print min/p50/p90/p99/max/mean\n"
     "  --json FILE: write the latency statistics as JSON\n"
@@ -62,6 +66,7 @@ struct Args {
   std::string json;
   std::set<std::string> disabled_passes;
   std::string profile;
+  std::string entry;           // multi-entry engines (tools/entry_run.h)
   std::string profile_layers;  // Chrome trace output
   std::string stream;          // folder of per-step input folders
   bool inspect = false;
@@ -80,6 +85,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--output-dir") { KILN_ASSIGN_OR_RETURN(a.output_dir, need("--output-dir")); }
     else if (s == "--json") { KILN_ASSIGN_OR_RETURN(a.json, need("--json")); }
     else if (s == "--profile") { KILN_ASSIGN_OR_RETURN(a.profile, need("--profile")); }
+    else if (s == "--entry") { KILN_ASSIGN_OR_RETURN(a.entry, need("--entry")); }
     else if (s == "--profile-layers") { KILN_ASSIGN_OR_RETURN(a.profile_layers, need("--profile-layers")); }
     else if (s == "--stream") { KILN_ASSIGN_OR_RETURN(a.stream, need("--stream")); }
     else if (s == "--inspect") a.inspect = true;
@@ -107,6 +113,11 @@ StatusOr<Args> parse_args(int argc, char** argv) {
   if (!a.stream.empty()) {
     if (!a.inputs.empty() || a.iterations || !a.profile.empty() || !a.profile_layers.empty())
       return InvalidArgument("--stream takes its inputs from its folders; it combines only with --output-dir");
+    return a;
+  }
+  if (!a.entry.empty()) {
+    if (!a.profile_layers.empty() || !a.disabled_passes.empty() || !a.tactics) return InvalidArgument("--entry combines only with --profile, --input, --output-dir, --iterations and --json");
+    if (a.output_dir.empty() && a.iterations == 0) return InvalidArgument("--output-dir is required (or --iterations to only time)");
     return a;
   }
   if (a.output_dir.empty() && a.iterations == 0 && a.profile_layers.empty())
@@ -225,6 +236,10 @@ Status run(const Args& args) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
     if (inputs.count(named.first)) return InvalidArgument("input '" + named.first + "' is given twice");
     inputs.emplace(named.first, named.second);
+  }
+  if (!args.entry.empty()) {
+    if (!is_engine_file(args.model)) return InvalidArgument("--entry applies to engine files; '" + args.model + "' is not one");
+    return run_entry(EntryRunArgs{args.model, args.entry, args.profile, args.output_dir, args.iterations, args.json}, inputs);
   }
   if (is_engine_file(args.model)) return run_engine(args, inputs);
   if (!args.profile.empty()) return InvalidArgument("--profile applies to engine files; '" + args.model + "' is not one");
