@@ -14,7 +14,7 @@
 namespace kiln {
 
 Status run_entry(const EntryRunArgs& args, const std::map<std::string, Tensor>& inputs) {
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.engine));
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.engine, args.load));
   KILN_ASSIGN_OR_RETURN(auto session, Session::create(engine));
   std::vector<NamedView> views;
   for (const auto& [name, t] : inputs) {

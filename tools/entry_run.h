@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "runtime/tensor.h"
+#include "runtime/engine.h"
 
 namespace kiln {
 
@@ -13,6 +13,7 @@ struct EntryRunArgs {
   std::string output_dir;
   int iterations = 0;
   std::string json;
+  LoadOptions load;
 };
 
 // Inputs naming a state-bound input of the entry set that state (write_state) before the run; the
