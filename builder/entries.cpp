@@ -1,8 +1,36 @@
 #include "builder/entries.h"
 
+#include <map>
+
+#include "runtime/execution_context.h"
+
 namespace kiln {
 
 namespace {
+
+using PointDescs = std::array<std::optional<TensorDesc>, 3>;
+
+// Output shapes the shape evaluator could not tell (a Slice of a Concat on a symbolic length, a Pad
+// by computed amounts): the plan runs once at each of the profile's min, opt and max points on
+// zero inputs and the outputs' shapes are read off.
+StatusOr<std::map<std::string, PointDescs>> probe_output_shapes(const BuiltProfile& bp) {
+  std::map<std::string, PointDescs> out;
+  KILN_ASSIGN_OR_RETURN(auto ctx, ExecutionContext::create(bp.plan));
+  const ResolvedProfile::Point points[] = {ResolvedProfile::Point::kMin, ResolvedProfile::Point::kOpt, ResolvedProfile::Point::kMax};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto shapes = bp.profile.shapes_at(points[i]);
+    std::vector<Tensor> zeros;
+    for (size_t k = 0; k < ctx->num_inputs(); ++k) {
+      auto it = shapes.find(ctx->input_name(k));
+      if (it == shapes.end()) return InvalidArgument("input '" + ctx->input_name(k) + "' has no shape in profile '" + bp.profile.name + "'");
+      zeros.push_back(Tensor::zeros(bp.plan->values[bp.plan->inputs[k]].dtype, it->second));
+      KILN_RETURN_IF_ERROR(ctx->set_input(k, zeros.back().view()));
+    }
+    KILN_RETURN_IF_ERROR(ctx->run().with_context("probing the output shapes of profile '" + bp.profile.name + "'"));
+    for (size_t k = 0; k < ctx->num_outputs(); ++k) out[ctx->output_name(k)][i] = ctx->output(k).desc();
+  }
+  return out;
+}
 
 struct Bound {
   std::string what;   // "entry 'step' input 'cache_k'"
@@ -16,6 +44,7 @@ std::string dims_text(const Shape& s) { return s.str(); }
 StatusOr<std::vector<StateBufferSpec>> check_state_bindings(const BuildConfig& cfg, const std::vector<BuiltProfile>& profiles,
                                                             const std::vector<std::string>& plan_entries) {
   std::vector<StateBufferSpec> out;
+  std::map<size_t, std::map<std::string, PointDescs>> probed;  // per profile, run only when needed
   for (const StateBufferConfig& sb : cfg.state) {
     StateBufferSpec spec;
     spec.name = sb.name;
@@ -32,7 +61,14 @@ StatusOr<std::vector<StateBufferSpec>> check_state_bindings(const BuildConfig& c
           bool is_kind = false;
           for (int v : kind == "input" ? bp.plan->inputs : bp.plan->outputs) is_kind = is_kind || bp.plan->values[v].name == tensor;
           if (it == bp.io_descs.end() || !is_kind) return InvalidArgument(at + what + ": the entry's model has no " + kind + " named '" + tensor + "'");
-          const auto& d = it->second;
+          const PointDescs* dp = &it->second;
+          if (kind == "output" && (!(*dp)[0] || !(*dp)[1] || !(*dp)[2])) {
+            if (!probed.count(i)) {
+              KILN_ASSIGN_OR_RETURN(probed[i], probe_output_shapes(bp));
+            }
+            dp = &probed[i][tensor];
+          }
+          const auto& d = *dp;
           if (!d[0] || !d[1] || !d[2])
             return InvalidArgument(at + what + ": its shape is unknown in profile '" + bp.profile.name + "'; a state needs a fixed shape");
           for (int k = 0; k < d[0]->shape.rank(); ++k)

@@ -405,7 +405,9 @@ Status ExecutionContext::bind_output(const std::string& name, const TensorView& 
 
 Status ExecutionContext::prepare_for_profile() {
   for (int v : plan_->inputs)
-    if (plan_->values[v].range_max.empty()) return InvalidArgument("this plan has no profile ranges to prepare for");
+    // A scalar input's range is the empty shape.
+    if (plan_->values[v].range_max.empty() && !(plan_->values[v].has_declared_shape && plan_->values[v].dims.empty()))
+      return InvalidArgument("this plan has no profile ranges to prepare for");
   std::vector<Tensor> zeros;
   using Range = std::vector<int64_t> PlanValue::*;
   for (Range which : {&PlanValue::range_max, &PlanValue::range_opt}) {

@@ -6,6 +6,7 @@
 //                     [--profile-layers TRACE.json]
 //   engine-run ENGINE --stream DIR [--output-dir OUT]
 //   engine-run ENGINE --entry NAME [--profile P] --input NAME=FILE ... [--output-dir DIR] [--iterations N]
+//   engine-run ENGINE --generate --input input_ids=FILE [--input attention_mask=FILE] [--max-new-tokens N] --output-dir DIR
 //   engine-run --inspect ENGINE
 // FILE is .npy or .pb (ONNX TensorProto; NAME= may be omitted for .pb). Errors: one line, exit 1.
 // --profile-layers: one more run, separate from the timed ones, with per-step timing, written as a
@@ -34,6 +35,7 @@
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "tools/entry_run.h"
+#include "tools/generate_run.h"
 #include "tools/npy_io.h"
 #include "tools/omp_wait_policy.h"
 #include "tools/run_options.h"
@@ -49,9 +51,13 @@ constexpr const char* kUsage =
     "[--profile-layers TRACE.json]\n"
     "       engine-run ENGINE --stream DIR [--output-dir OUT]\n"
     "       engine-run ENGINE --entry NAME [--profile P] --input NAME=FILE ... [--output-dir DIR] [--iterations N] [--json FILE]\n"
+    "       engine-run ENGINE --generate --input input_ids=FILE [--input attention_mask=FILE] [--max-new-tokens N] [--output-dir DIR]\n"
     "       engine-run --inspect ENGINE\n"
     "  --input NAME=FILE: an input; FILE is .npy (little-endian, C order) or .pb (ONNX TensorProto; NAME= may be omitted)\n"
     "  --profile NAME: the engine's profile to run (may be omitted when the engine has one); with --entry, the entry's profile\n"
+    "  --generate: greedy generation over a seq2seq engine (encoder, prefill, step entries; configs/seq2seq.yaml); writes\n"
+    "      DIR/tokens.npy, DIR/logits.npy and DIR/timings.json\n"
+    "  --max-new-tokens N: --generate stops after N tokens (default 32), at the end token or at the cache length\n"
     "  --entry NAME: run one entry of a multi-entry engine in a fresh session; an --input naming a state-bound input sets that state\n"
     "  --output-dir DIR: write each output as DIR/<name>.npy (required unless --iterations or --profile-layers)\n"
     "  --iterations N: time N runs after one warm-up and print min/p50/p90/p99/max/mean\n"
@@ -71,6 +77,8 @@ struct Args {
   std::set<std::string> disabled_passes;
   std::string profile;
   std::string entry;           // multi-entry engines (tools/entry_run.h)
+  bool generate = false;       // tools/generate_run.h
+  int max_new_tokens = 32;
   std::string profile_layers;  // Chrome trace output
   std::string stream;          // folder of per-step input folders
   bool inspect = false;
@@ -93,6 +101,14 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--json") { KILN_ASSIGN_OR_RETURN(a.json, need("--json")); }
     else if (s == "--profile") { KILN_ASSIGN_OR_RETURN(a.profile, need("--profile")); }
     else if (s == "--entry") { KILN_ASSIGN_OR_RETURN(a.entry, need("--entry")); }
+    else if (s == "--generate") a.generate = true;
+    else if (s == "--max-new-tokens") {
+      KILN_ASSIGN_OR_RETURN(std::string v, need("--max-new-tokens"));
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (*end || n < 1 || n > 1000000) return InvalidArgument("--max-new-tokens must be a positive integer, got '" + v + "'");
+      a.max_new_tokens = static_cast<int>(n);
+    }
     else if (s == "--profile-layers") { KILN_ASSIGN_OR_RETURN(a.profile_layers, need("--profile-layers")); }
     else if (s == "--stream") { KILN_ASSIGN_OR_RETURN(a.stream, need("--stream")); }
     else if (s == "--inspect") a.inspect = true;
@@ -120,6 +136,11 @@ StatusOr<Args> parse_args(int argc, char** argv) {
   if (!a.stream.empty()) {
     if (!a.inputs.empty() || a.iterations || !a.profile.empty() || !a.profile_layers.empty())
       return InvalidArgument("--stream takes its inputs from its folders; it combines only with --output-dir");
+    return a;
+  }
+  if (a.generate) {
+    if (!a.entry.empty() || !a.profile.empty() || a.iterations || !a.profile_layers.empty())
+      return InvalidArgument("--generate combines only with --input, --max-new-tokens and --output-dir");
     return a;
   }
   if (!a.entry.empty()) {
@@ -247,6 +268,10 @@ Status run(Args& args) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
     if (inputs.count(named.first)) return InvalidArgument("input '" + named.first + "' is given twice");
     inputs.emplace(named.first, named.second);
+  }
+  if (args.generate) {
+    if (!is_engine_file(args.model)) return InvalidArgument("--generate applies to engine files; '" + args.model + "' is not one");
+    return run_generate(GenerateArgs{args.model, args.output_dir, args.max_new_tokens, args.run.load}, inputs);
   }
   if (!args.entry.empty()) {
     if (!is_engine_file(args.model)) return InvalidArgument("--entry applies to engine files; '" + args.model + "' is not one");
