@@ -26,7 +26,7 @@ std::string entry_label(const std::string& entry) { return entry.empty() ? std::
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Engine> engine, bool prepare) {
+StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Engine> engine, bool prepare, bool update_in_place) {
   if (!engine) return InvalidArgument("Session::create: no engine");
   std::unique_ptr<Session> s(new Session());
   s->engine_ = std::move(engine);
@@ -46,11 +46,12 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Engine>
   for (size_t p = 0; p < profiles.size(); ++p) {
     ProfileRun& r = s->runs_[p];
     r.profile = p;
-    KILN_ASSIGN_OR_RETURN(r.ctx, s->engine_->create_context(profiles[p].name, prepare));
+    KILN_ASSIGN_OR_RETURN(r.ctx, s->engine_->create_context(profiles[p].name, /*prepare=*/false));
     const ProfileInfo& info = profiles[p];
     r.input_state.assign(info.inputs.size(), -1);
     r.output_state.assign(info.outputs.size(), -1);
     r.reads_own.assign(info.outputs.size(), 0);
+    r.in_place.assign(info.outputs.size(), 0);
     for (size_t i = 0; i < specs.size(); ++i)
       for (const auto& b : specs[i].bindings) {
         if (b.entry != info.entry) continue;
@@ -60,8 +61,16 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Engine>
           if (!b.output.empty() && info.outputs[k].name == b.output) {
             r.output_state[k] = static_cast<int>(i);
             r.reads_own[k] = !b.input.empty();
+            if (!b.input.empty()) {
+              // A state the entry reads and writes: its ScatterND updates may go in place. If the
+              // whole chain does, the output is the input's buffer; if only part of it does, the
+              // input half is scratch after the run anyway (the halves swap).
+              if (update_in_place) KILN_RETURN_IF_ERROR(r.ctx->allow_update_in_place(b.input));
+              r.in_place[k] = r.ctx->updates_in_place(b.output, b.input);
+            }
           }
       }
+    if (prepare) KILN_RETURN_IF_ERROR(r.ctx->prepare_for_profile().with_context("preparing profile '" + info.name + "'"));
     for (size_t k = 0; k < info.outputs.size(); ++k) r.outs.emplace_back(info.outputs[k].name, TensorView{});
   }
   return s;
@@ -146,7 +155,7 @@ StatusOr<std::span<const NamedView>> Session::run(const std::string& entry, std:
   for (size_t k = 0; k < info.outputs.size(); ++k) {
     if (r->output_state[k] < 0) continue;
     State& st = states_[r->output_state[k]];
-    const Tensor& target = st.buf[r->reads_own[k] ? 1 - st.cur : st.cur];
+    const Tensor& target = st.buf[r->reads_own[k] && !r->in_place[k] ? 1 - st.cur : st.cur];
     KILN_RETURN_IF_ERROR(ctx.bind_output(info.outputs[k].name, target.view()));
   }
   KILN_RETURN_IF_ERROR_IN_ENTRY(ctx.run());
@@ -157,9 +166,9 @@ StatusOr<std::span<const NamedView>> Session::run(const std::string& entry, std:
       continue;
     }
     State& st = states_[r->output_state[k]];
-    const int target = r->reads_own[k] ? 1 - st.cur : st.cur;
+    const int target = r->reads_own[k] && !r->in_place[k] ? 1 - st.cur : st.cur;
     if (produced.data == st.buf[st.cur].data()) {
-      // The output is the state as read (a pass-through): nothing changed, nothing to move.
+      // Updated in place (its rows are counted below), or the state as read (a pass-through).
     } else {
       if (produced.data != st.buf[target].data()) {
         // Not written in place (e.g. the output is a constant of the model): copy it in.
@@ -172,6 +181,7 @@ StatusOr<std::span<const NamedView>> Session::run(const std::string& entry, std:
     }
     r->outs[k].second = st.buf[st.cur].view();
   }
+  stats.state_bytes_written += ctx.in_place_update_bytes();
   stats_ = std::move(stats);
   last_ = r;
   return std::span<const NamedView>(r->outs);

@@ -6,7 +6,9 @@
 // every state-bound input to its buffer (read in place, zero copy) and every state-bound output to
 // its buffer (the producing kernel writes there: no copy back). An entry that reads and writes the
 // same state writes the other half of a double buffer and the halves swap, so a kernel never
-// overwrites rows it still has to read. Weights live in the engine: any number of sessions over one
+// overwrites rows it still has to read; except where the output is an in-place update of the input
+// (a fixed-size cache written at cur_pos by ScatterND, ExecutionContext::allow_update_in_place):
+// then only the new rows are written, into the state's one current buffer. Weights live in the engine: any number of sessions over one
 // engine share them, each with its own state and activation arenas.
 #pragma once
 
@@ -26,15 +28,17 @@ using NamedView = std::pair<std::string, TensorView>;
 struct SessionRunStats {
   std::string_view profile;         // the engine profile that ran (its name in the engine)
   uint64_t state_bytes_read = 0;    // state-bound inputs, read in place
-  uint64_t state_bytes_written = 0; // state-bound outputs, written in place by the kernels
+  uint64_t state_bytes_written = 0; // state-bound outputs, written in place by the kernels (for an
+                                    // in-place update: the rows it wrote)
   uint64_t state_bytes_copied = 0;  // state bytes moved outside the model's computation (0 when all in place)
 };
 
 class Session {
  public:
   // One execution context per engine profile, prepared for its range (ExecutionContext::
-  // prepare_for_profile) unless `prepare` is false.
-  static StatusOr<std::unique_ptr<Session>> create(std::shared_ptr<const Engine> engine, bool prepare = true);
+  // prepare_for_profile) unless `prepare` is false. `update_in_place` false keeps every read-and-
+  // written state double-buffered (whole-tensor writes; for comparisons).
+  static StatusOr<std::unique_ptr<Session>> create(std::shared_ptr<const Engine> engine, bool prepare = true, bool update_in_place = true);
 
   // Runs `entry` ("" in a single-model engine) on `inputs`: every input of the entry except the
   // state-bound ones, by name (bound zero copy; they must stay valid until run returns). `profile`
@@ -72,6 +76,7 @@ class Session {
     std::vector<int> input_state;    // per plan input: the state it reads, or -1
     std::vector<int> output_state;   // per plan output: the state it writes, or -1
     std::vector<char> reads_own;     // per plan output: the entry also reads that state (write the other half)
+    std::vector<char> in_place;      // per plan output: an in-place update of the state's input (same half)
     std::vector<NamedView> outs;
   };
 

@@ -8,7 +8,8 @@ runs PyTorch's greedy decode over the same three modules for 20 source sequences
 engine-build builds configs/seq2seq.yaml (one engine, three entries, state buffers), and
 `engine-run --generate` decodes each sequence with kiln::GreedyDecoder. Every sequence's tokens must
 equal PyTorch's and every token's logits must be within 1e-4 (absolute); the cross-attention K/V is
-written once per sequence and no state byte is copied. `N passed, N failed`.
+written once per sequence, a step writes only its new cache rows and cur_pos (the fixed-size cache is
+updated in place), and no state byte is copied. `N passed, N failed`.
 """
 import json
 import os
@@ -25,6 +26,10 @@ import t5_seq2seq  # noqa: E402
 SEQUENCES = 20
 MAX_NEW_TOKENS = 24
 LOGITS_ATOL = 1e-4
+_C = t5_seq2seq.CONFIG
+# Per step: the new K and V row of each decoder layer (written in place at cur_pos) and cur_pos.
+STEP_STATE_BYTES = 2 * _C["dec_layers"] * _C["heads"] * _C["d_kv"] * 4 + 8
+CROSS_KV_BYTES = 2 * _C["dec_layers"] * _C["heads"] * _C["src_len"] * _C["d_kv"] * 4
 
 
 def main():
@@ -76,8 +81,11 @@ def main():
         timings = json.load(open(os.path.join(out, "timings.json")))
         if timings["state_bytes_copied"] != 0:
             problems.append(f"{timings['state_bytes_copied']} state bytes copied")
-        if timings["cross_kv_bytes_written_once"] <= 0:
-            problems.append("no cross-attention K/V written")
+        if timings["cross_kv_bytes_written_once"] != CROSS_KV_BYTES:
+            problems.append(f"cross-attention K/V bytes written {timings['cross_kv_bytes_written_once']}, expected {CROSS_KV_BYTES} once")
+        if len(got_tokens) > 1 and timings["step_state_bytes_written"] != STEP_STATE_BYTES:
+            problems.append(f"a step wrote {timings['step_state_bytes_written']} state bytes; the new K/V rows and cur_pos are "
+                            f"{STEP_STATE_BYTES}")
         total_tokens += len(got_tokens)
         res.check(label, problems, f"{len(got_tokens)} tokens equal, logits max abs err {err:.2g}", group="kiln vs PyTorch")
     print(f"{total_tokens} tokens over {SEQUENCES} sequences; worst logits error {worst:.3g}")

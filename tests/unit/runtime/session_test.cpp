@@ -110,7 +110,8 @@ TEST_F(StatefulCache, SetThenGetReturnsTheDataAndLeavesTheRestOfTheBuffer) {
   const Tensor d = data(9, 19, 1.0f);
   set(s, d);
   EXPECT_EQ(s.last_stats().state_bytes_copied, 0u);
-  EXPECT_EQ(s.last_stats().state_bytes_written, uint64_t{kMaxBatch * kMaxSeq * 4});
+  // set_cache's ScatterND updates the buffer in place: only the data's 9 x 19 floats are written.
+  EXPECT_EQ(s.last_stats().state_bytes_written, uint64_t{9 * 19 * 4});
   Tensor got = get(s, 9, 19);
   ASSERT_EQ(got.shape(), d.shape());
   for (int64_t i = 0; i < d.numel(); ++i) ASSERT_EQ(got.as<float>()[i], d.as<float>()[i]) << "element " << i;
@@ -129,6 +130,22 @@ TEST_F(StatefulCache, SetThenGetReturnsTheDataAndLeavesTheRestOfTheBuffer) {
   EXPECT_EQ(corner.as<float>()[1 * 4 + 2], 105.0f);
   EXPECT_EQ(corner.as<float>()[1 * 4 + 3], d.as<float>()[1 * 19 + 3]);
   EXPECT_EQ(corner.as<float>()[2 * 4 + 0], d.as<float>()[2 * 19 + 0]);
+}
+
+TEST_F(StatefulCache, DoubleBufferedAndInPlaceUpdatesAgree) {
+  auto in_place = Session::create(engine_);
+  auto double_buffered = Session::create(engine_, /*prepare=*/true, /*update_in_place=*/false);
+  ASSERT_TRUE(in_place.ok() && double_buffered.ok());
+  for (int k = 0; k < 3; ++k) {
+    const Tensor d = data(3 + 3 * k, 4 + 5 * k, 10.0f * static_cast<float>(k));
+    set(**in_place, d);
+    set(**double_buffered, d);
+  }
+  EXPECT_EQ((*double_buffered)->last_stats().state_bytes_written, uint64_t{kMaxBatch * kMaxSeq * 4});
+  auto a = (*in_place)->read_state("cache");
+  auto b = (*double_buffered)->read_state("cache");
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(a->as<float>()[i], b->as<float>()[i]) << "element " << i;
 }
 
 TEST_F(StatefulCache, ResetWriteStateAndSeparateSessions) {
