@@ -13,6 +13,7 @@ updated in place), and no state byte is copied. `N passed, N failed`.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -114,6 +115,24 @@ def main():
         problems.append("stopped neither at the end token nor at the cache length")
     res.check("decode to the cache length", problems, f"{len(got_tokens)} tokens equal (cache length {t5_seq2seq.CONFIG['max_len']}), "
               f"hit_cache_end {timings['hit_cache_end']}", group="kiln vs PyTorch")
+
+    # A step at cur_pos == the cache length is a one-line error, a non-zero exit and no output folder.
+    bad = os.path.join(a.workdir, "past_the_cache")
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    np.save(os.path.join(bad, "cur_pos.npy"), np.array(_C["max_len"], np.int64))
+    np.save(os.path.join(bad, "last_token_id.npy"), np.array([[5]], np.int64))
+    run, _ = kiln_e2e.run_cmd([a.engine_run, engine, "--entry", "step", "--input", f"cur_pos={bad}/cur_pos.npy",
+                               "--input", f"last_token_id={bad}/last_token_id.npy",
+                               "--input", f"encoder_attention_mask={ref}/attention_mask.npy", "--output-dir", os.path.join(bad, "out")],
+                              a.timeout)
+    lines = run.stderr.strip().splitlines()
+    res.record("cur_pos at the cache length", run.returncode == 1 and len(lines) == 1 and "out of range" in run.stderr
+               and "entry 'step'" in run.stderr and not os.path.exists(os.path.join(bad, "out")), run.stderr.strip())
+    inspect, _ = kiln_e2e.run_cmd([a.engine_run, "--inspect", engine], a.timeout)
+    res.record("--inspect lists the state", inspect.returncode == 0 and
+               "state 'cache_k': float32 [2, 1, 3, 128, 16] (prefill writes cache_k; step reads cache_k, writes cache_k_out)" in inspect.stdout,
+               kiln_e2e.tail(inspect.stdout, 300))
     return res.finish()
 
 
