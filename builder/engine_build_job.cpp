@@ -10,6 +10,7 @@
 #include "builder/engine_writer.h"
 #include "builder/entries.h"
 #include "builder/onnx/onnx_importer.h"
+#include "builder/plan/int8_lowering.h"
 #include "runtime/plugin_host/plugin_kernel.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine_format.h"
@@ -38,13 +39,6 @@ StatusOr<uint64_t> model_size_on_disk(const std::string& path) {
   return size;
 }
 
-// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
-// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
-bool host_has_bf16() {
-  const char* off = std::getenv("KILN_DISABLE_BF16");
-  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
-}
-
 // The CpuFeature bits the plans' kernels declare in the registry (KernelEntry::cpu_features).
 uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& plans) {
   const KernelRegistry& reg = KernelRegistry::builtin();
@@ -59,6 +53,13 @@ uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& pla
 }
 
 }  // namespace
+
+// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
+// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
+bool host_has_bf16() {
+  const char* off = std::getenv("KILN_DISABLE_BF16");
+  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
+}
 
 StreamingSpec streaming_spec(const BuildConfig& cfg) {
   StreamingSpec spec;
@@ -75,14 +76,23 @@ StreamingSpec streaming_spec(const BuildConfig& cfg) {
   return spec;
 }
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune) {
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune,
+                                   const CalibrateHook& calibrate) {
   BuildResult result;
   std::error_code ec;
   if (std::filesystem::equivalent(cfg.model, cfg.output, ec))
     return InvalidArgument("output '" + cfg.output + "' is the model file itself; refusing to overwrite it");
-  const bool bf16 = cfg.precision == "bf16" && host_has_bf16();
+  const bool int8 = cfg.precision == "int8";
+  // int8 engines run attention and the matmuls int8 leaves out in bf16 where the CPU has it.
+  const bool bf16 = (cfg.precision == "bf16" || int8) && host_has_bf16();
   if (cfg.precision == "bf16" && !bf16)
     progress("warning: precision bf16 needs AVX512_BF16, which this CPU does not have (or KILN_DISABLE_BF16 is set): building fp32");
+  if (int8 && !calibrate) return InvalidArgument(cfg.config_path + ": precision int8 needs calibration, which this caller does not provide");
+  if (int8 && !cfg.calibration.profile.empty()) {
+    bool found = false;
+    for (const auto& pc : cfg.profiles) found |= pc.name == cfg.calibration.profile;
+    if (!found) return InvalidArgument(cfg.config_path + ": calibration.profile '" + cfg.calibration.profile + "' is not a profile of the config");
+  }
 
   // Plugin libraries load before the import so the model's custom ops resolve; the engine records
   // their absolute paths and loads them again wherever it is loaded.
@@ -93,6 +103,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     progress("loaded plugin library " + plugin_libraries.back());
   }
 
+  if (int8 && !cfg.entries.empty()) return InvalidArgument(cfg.config_path + ": precision int8 is not supported with entries yet");
   ProfileBuildOptions options;
   options.disabled_passes = std::set<std::string>(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
   // fusions: {attention: required | auto | off}
@@ -101,12 +112,14 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   options.attention_required = attention_mode == "required";
   options.bf16 = bf16;
   options.tactics = tune;
+  options.precision_overrides = cfg.precision_overrides;
+  std::map<std::string, float> scales;
+
   std::vector<std::shared_ptr<const Plan>> plans;
   std::vector<std::string> plan_entries;
   std::set<std::string> output_names;
-
   // One model: import it, then build each of its profiles. `entry` names an entry of `entries:`
-  // ("" for the top-level model); its plans are named "<entry>/<profile>".
+  // ("" for the top-level model); its plans are named "<entry>/<profile>" (docs/multi_entry.md).
   auto build_model = [&](const std::string& model, const std::vector<ProfileConfig>& profile_configs, const std::string& entry) -> Status {
     auto t0 = std::chrono::steady_clock::now();
     KILN_ASSIGN_OR_RETURN(uint64_t model_bytes, model_size_on_disk(model));
@@ -117,6 +130,30 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
              std::to_string(graph.opset) + " in " + seconds_since(t0));
     for (int id : graph.inputs) result.input_dtypes[graph.values[id].name] = graph.values[id].dtype;
     for (int id : graph.outputs) output_names.insert(graph.values[id].name);
+
+    // int8: the activation scales measured on the calibration profile's fp32 plan (untuned, before
+    // any lowering) serve every profile, whose steps keep their node names; that profile's graph is
+    // built once more for it.
+    if (int8) {
+      const std::string& want = cfg.calibration.profile.empty() ? profile_configs.front().name : cfg.calibration.profile;
+      for (const ProfileConfig& pc : profile_configs) {
+        if (pc.name != want) continue;
+        const std::string at_line = cfg.config_path + ":" + std::to_string(pc.line);
+        auto resolved = resolve_profile(graph, pc);
+        if (!resolved.ok()) return resolved.status().with_context(at_line);
+        ProfileBuildOptions fp32 = options;
+        fp32.bf16 = false;
+        fp32.tactics = {};
+        fp32.precision_overrides.clear();
+        auto built = build_profile(graph, *resolved, fp32);
+        if (!built.ok()) return built.status().with_context(at_line);
+        auto got = calibrate(*built->plan, built->profile);
+        if (!got.ok()) return got.status().with_context(cfg.config_path + ": calibration on profile '" + want + "'");
+        scales = std::move(got).value();
+      }
+      options.int8_scales = &scales;
+    }
+
     for (size_t i = 0; i < profile_configs.size(); ++i) {
       ProfileConfig pc = profile_configs[i];
       if (!entry.empty()) pc.name = entry_profile_name(entry, pc.name);
@@ -136,13 +173,15 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
       for (const auto& site : bp.attention_sites)
         if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
       for (const auto& line : bp.pass_log)
-        if (line.rfind("selected_row_narrowing:", 0) == 0 || line.rfind("winograd_layout:", 0) == 0) progress(step + line);
-      if (!bp.fp32_ops.empty()) {
+        for (const char* shown : {"selected_row_narrowing:", "winograd_layout:", "int8:", "precision_overrides:"})
+          if (line.rfind(shown, 0) == 0) progress(step + line);
+      if (bf16 && !bp.fp32_ops.empty()) {
         std::string list;
         for (const auto& op : bp.fp32_ops) list += (list.empty() ? "" : ", ") + op;
-        progress(step + "warning: precision bf16: no bf16 kernel for " + list + "; these steps run in fp32");
+        progress(step + "warning: precision " + cfg.precision + ": no bf16 kernel for " + list + "; these steps run in fp32");
       }
-      progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));
+      progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " +
+               seconds_since(tp));
       plans.push_back(bp.plan);
       plan_entries.push_back(entry);
       result.profiles.push_back(std::move(bp));
@@ -172,7 +211,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   EngineWriteInput in;
   in.plans = plans;
   in.source_model = std::filesystem::path(cfg.model).filename().string();
-  in.precision = bf16 ? "bf16" : "fp32";
+  in.precision = int8 ? "int8" : bf16 ? "bf16" : "fp32";
   in.plugin_libraries = plugin_libraries;
   in.has_streaming = cfg.streaming.present;
   if (!cfg.entries.empty()) in.plan_entries = plan_entries;
