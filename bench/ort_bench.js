@@ -209,4 +209,6 @@ async function main() {
   }
 }
 
-main().catch((e) => fail(e && e.message ? e.message.split('\n')[0] : String(e)));
+// bench/ort_seq2seq.js reuses the .npy reader/writer and the statistics.
+module.exports = {readNpy, writeNpy, stats};
+if (require.main === module) main().catch((e) => fail(e && e.message ? e.message.split('\n')[0] : String(e)));

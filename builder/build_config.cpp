@@ -161,7 +161,9 @@ class ConfigReader {
   Status get_string_list(const MapView& m, const char* key, const std::string& expected,
                          std::vector<std::pair<std::string, Entry>>* out) const;
 
-  Status read_profiles(const Entry& e, BuildConfig& cfg) const;
+  Status read_profiles(const Entry& e, std::vector<ProfileConfig>* out) const;
+  Status read_entries(const Entry& e, BuildConfig& cfg) const;
+  Status read_state(const Entry& e, BuildConfig& cfg) const;
   Status read_dim(const Entry& e, DimRange* out) const;
   Status read_shape(const Entry& e, ShapeRange* out) const;
   Status read_inputs(const Entry& e, BuildConfig& cfg) const;
@@ -300,18 +302,31 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   KILN_RETURN_IF_ERROR(open_map(root, Site{1, ""}, "", "a map of settings", &top));
   KILN_RETURN_IF_ERROR(check_keys(top, {"model", "output", "precision", "threads", "profiles", "inputs", "benchmark",
                                         "plugins", "fusions", "passes", "streaming", "tactics", "history",
-                                        "calibration", "precision_overrides"}));
+                                        "calibration", "precision_overrides", "entries", "state"}));
   cfg.config_path = file_;
 
-  const Entry* e = top.find("model");
-  if (!e) return missing(top.site, "model");
-  KILN_RETURN_IF_ERROR(get_string(*e, "a path to an .onnx model", &cfg.model));
-  cfg.model = resolve(cfg.model);
+  const Entry* e = top.find("entries");
+  if (e) {
+    for (const char* key : {"model", "profiles"})
+      if (const Entry* m = top.find(key))
+        return error(m->site, "'" + std::string(key) + "' cannot be used with 'entries' (each entry has its own model and profiles)");
+    KILN_RETURN_IF_ERROR(read_entries(*e, cfg));
+    cfg.model = cfg.entries.front().model;
+  } else {
+    if (!(e = top.find("model"))) return missing(top.site, "model");
+    KILN_RETURN_IF_ERROR(get_string(*e, "a path to an .onnx model", &cfg.model));
+    cfg.model = resolve(cfg.model);
+  }
+  if ((e = top.find("state"))) {
+    if (cfg.entries.empty()) return error(e->site, "'state' needs 'entries' (it binds buffers to entry inputs and outputs)");
+    KILN_RETURN_IF_ERROR(read_state(*e, cfg));
+  }
   if ((e = top.find("output"))) {
     KILN_RETURN_IF_ERROR(get_string(*e, "a path for the engine file", &cfg.output));
     cfg.output = resolve(cfg.output);
   } else {
-    cfg.output = (config_dir_ / (fs::path(cfg.model).stem().string() + ".engine")).lexically_normal().string();
+    const fs::path named_by = cfg.entries.empty() ? fs::path(cfg.model) : fs::path(file_);  // entries: the config's name
+    cfg.output = (config_dir_ / (named_by.stem().string() + ".engine")).lexically_normal().string();
   }
   if ((e = top.find("precision"))) KILN_RETURN_IF_ERROR(get_choice(*e, {"fp32", "bf16", "int8"}, &cfg.precision));
   if ((e = top.find("calibration"))) KILN_RETURN_IF_ERROR(read_calibration(*e, cfg));
@@ -327,8 +342,10 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   }
   KILN_RETURN_IF_ERROR(get_int(top, "threads", 0, INT_MAX, &cfg.threads));
 
-  if (!(e = top.find("profiles"))) return missing(top.site, "profiles");
-  KILN_RETURN_IF_ERROR(read_profiles(*e, cfg));
+  if (cfg.entries.empty()) {
+    if (!(e = top.find("profiles"))) return missing(top.site, "profiles");
+    KILN_RETURN_IF_ERROR(read_profiles(*e, &cfg.profiles));
+  }
   if ((e = top.find("inputs"))) KILN_RETURN_IF_ERROR(read_inputs(*e, cfg));
   if ((e = top.find("benchmark"))) KILN_RETURN_IF_ERROR(read_benchmark(*e, &cfg.benchmark));
 
@@ -382,7 +399,7 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   return Status::Ok();
 }
 
-Status ConfigReader::read_profiles(const Entry& e, BuildConfig& cfg) const {
+Status ConfigReader::read_profiles(const Entry& e, std::vector<ProfileConfig>* out) const {
   MapView profiles;
   KILN_RETURN_IF_ERROR(open_map(e.value, e.site, e.path, "a map of profile name -> {dims, shapes}", &profiles));
   if (profiles.entries.empty()) return type_error(e.site, e.path, "at least one profile", e.value);
@@ -402,7 +419,60 @@ Status ConfigReader::read_profiles(const Entry& e, BuildConfig& cfg) const {
       KILN_RETURN_IF_ERROR(open_map(s->value, s->site, s->path, "a map of input name -> {min, opt, max}", &items));
       for (const auto& shape : items.entries) KILN_RETURN_IF_ERROR(read_shape(shape, &prof.shapes[shape.key]));
     }
-    cfg.profiles.push_back(std::move(prof));
+    out->push_back(std::move(prof));
+  }
+  return Status::Ok();
+}
+
+Status ConfigReader::read_entries(const Entry& e, BuildConfig& cfg) const {
+  MapView entries;
+  KILN_RETURN_IF_ERROR(open_map(e.value, e.site, e.path, "a map of entry name -> {model, profiles}", &entries));
+  if (entries.entries.empty()) return type_error(e.site, e.path, "at least one entry", e.value);
+  for (const auto& en : entries.entries) {
+    if (en.key.find('/') != std::string::npos) return type_error(en.site, en.path, "an entry name without '/'", YAML::Node(en.key));
+    EntryConfig ec;
+    ec.name = en.key;
+    ec.line = en.site.line;
+    MapView body;
+    KILN_RETURN_IF_ERROR(open_checked(en, {"model", "profiles"}, &body));
+    for (const char* key : {"model", "profiles"})
+      if (!body.find(key)) return missing(en.site, child_path(en.path, key));
+    KILN_RETURN_IF_ERROR(get_string(*body.find("model"), "a path to an .onnx model", &ec.model));
+    ec.model = resolve(ec.model);
+    KILN_RETURN_IF_ERROR(read_profiles(*body.find("profiles"), &ec.profiles));
+    cfg.entries.push_back(std::move(ec));
+  }
+  return Status::Ok();
+}
+
+Status ConfigReader::read_state(const Entry& e, BuildConfig& cfg) const {
+  MapView buffers;
+  KILN_RETURN_IF_ERROR(open_map(e.value, e.site, e.path, "a map of state name -> [{entry, input, output}, ...]", &buffers));
+  for (const auto& b : buffers.entries) {
+    StateBufferConfig sb;
+    sb.name = b.key;
+    sb.line = b.site.line;
+    std::vector<Entry> items;
+    KILN_RETURN_IF_ERROR(open_seq(b, "a list of {entry, input, output}", &items));
+    if (items.empty()) return type_error(b.site, b.path, "at least one binding", b.value);
+    for (const auto& item : items) {
+      MapView m;
+      KILN_RETURN_IF_ERROR(open_checked(item, {"entry", "input", "output"}, &m));
+      StateBindingConfig bc;
+      bc.line = item.site.line;
+      if (!m.find("entry")) return missing(item.site, child_path(item.path, "entry"));
+      KILN_RETURN_IF_ERROR(get_string(*m.find("entry"), "an entry name", &bc.entry));
+      bool known = false;
+      for (const auto& en : cfg.entries) known = known || en.name == bc.entry;
+      if (!known) return type_error(m.find("entry")->site, m.find("entry")->path, "the name of an entry", m.find("entry")->value);
+      if (const Entry* in = m.find("input")) KILN_RETURN_IF_ERROR(get_string(*in, "an input name", &bc.input));
+      if (const Entry* out = m.find("output")) KILN_RETURN_IF_ERROR(get_string(*out, "an output name", &bc.output));
+      if (bc.input.empty() && bc.output.empty()) return error(item.site, "'" + item.path + "': expected an input, an output or both");
+      for (const auto& prev : sb.bindings)
+        if (prev.entry == bc.entry) return error(item.site, "'" + item.path + "': entry '" + bc.entry + "' is bound to this state twice");
+      sb.bindings.push_back(std::move(bc));
+    }
+    cfg.state.push_back(std::move(sb));
   }
   return Status::Ok();
 }
@@ -536,6 +606,7 @@ Status ConfigReader::read_streaming(const Entry& e, BuildConfig& cfg) const {
   MapView m;
   KILN_RETURN_IF_ERROR(open_checked(e, {"cold_start", "step", "steps", "state", "window"}, &m));
   st.present = true;
+  if (!cfg.entries.empty()) return error(e.site, "'streaming' cannot be used with 'entries' (use a Session over the entries)");
   std::vector<std::string> profile_names;
   for (const auto& p : cfg.profiles) profile_names.push_back(p.name);
   for (const char* key : {"cold_start", "step"}) {

@@ -70,6 +70,27 @@ struct StreamingConfig {
   int64_t max_steps = 0;
 };
 
+// entries: {NAME: {model, profiles}}: several models in one engine, each with its own profiles
+// (docs/multi_entry.md). Their plans become the engine's profiles "<entry>/<profile>".
+struct EntryConfig {
+  std::string name;
+  std::string model;
+  std::vector<ProfileConfig> profiles;
+  int line = 0;
+};
+
+// state: {NAME: [{entry, input, output}, ...]}: a buffer a Session keeps between calls, read in
+// place where bound to an input and written in place where bound to an output.
+struct StateBindingConfig {
+  std::string entry, input, output;
+  int line = 0;
+};
+struct StateBufferConfig {
+  std::string name;
+  std::vector<StateBindingConfig> bindings;
+  int line = 0;
+};
+
 // precision: int8. Activation ranges come from running the fp32 plan of one profile on `batches`
 // generated input batches (profiles/calibration.h); the calibration cache keeps the scales.
 struct CalibrationConfig {
@@ -93,12 +114,15 @@ struct PrecisionOverride {
 struct BuildConfig {
   std::string config_path;   // the YAML file itself
   std::string model;         // absolute or relative to the working directory after resolution
+                             // (with entries: the first entry's model)
   std::string output;        // engine path
   std::string precision = "fp32";   // fp32 | bf16 | int8
   CalibrationConfig calibration;   // precision int8
   std::vector<PrecisionOverride> precision_overrides;  // in file order; the first match wins
   int threads = 0;           // 0 = all cores
-  std::vector<ProfileConfig> profiles;   // in file order
+  std::vector<ProfileConfig> profiles;   // in file order (empty with entries)
+  std::vector<EntryConfig> entries;      // in file order (empty: the top-level model is the only one)
+  std::vector<StateBufferConfig> state;
   std::map<std::string, InputGenerator> inputs;
   BenchmarkConfig benchmark;
   std::vector<std::string> plugin_libraries;   // plugins: {load: [path.so]}

@@ -172,6 +172,21 @@ StatusOr<BuiltProfile> build_profile(const Graph& g, const ResolvedProfile& p, c
   out.profile = p;
   out.pass_log = pg.ctx.log;
   out.attention_sites = pg.ctx.attention_sites;
+  for (const auto* ids : {&pg.graph.inputs, &pg.graph.outputs})
+    for (int id : *ids)
+      for (size_t i = 0; i < 3; ++i) out.io_descs[pg.graph.values[id].name][i] = at_points[i][id];
+  // An output whose shape the evaluator cannot tell (a Pad by computed amounts) keeps the static
+  // shape the model declares for it, if it declares one.
+  for (int id : g.outputs) {
+    const Value& v = g.values[id];
+    auto& d = out.io_descs[v.name];
+    if ((d[0] && d[1] && d[2]) || !v.shape || !dtype_is_known(v.dtype)) continue;
+    Shape declared;
+    for (const Dim& dim : *v.shape)
+      if (dim.is_known()) declared.push_back(dim.value);
+    if (declared.rank() != static_cast<int>(v.shape->size())) continue;
+    for (auto& at : d) at = TensorDesc{v.dtype, declared};
+  }
   KILN_ASSIGN_OR_RETURN(out.plan, lower_to_plan(pg.graph));
   out.plan->profile = p.name;
   for (int v : out.plan->inputs) {

@@ -8,7 +8,10 @@
 //      lowering, tactic selection (a hook the caller supplies), the Winograd layout.
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +41,9 @@ struct BuiltProfile {
   std::set<std::string> fp32_ops;   // bf16/int8 only: compute ops that stayed fp32 (no bf16 kernel)
   std::vector<std::string> pass_log;
   std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
+  // dtype and shape of every graph input and output at the profile's min, opt and max (unset where
+  // shape inference could not tell), for checking state bindings (builder/entries.h).
+  std::map<std::string, std::array<std::optional<TensorDesc>, 3>> io_descs;
 };
 
 // Inputs the profile does not name keep their declared (possibly symbolic) shapes and are not

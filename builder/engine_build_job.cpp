@@ -10,6 +10,7 @@
 
 #include "builder/build_profile.h"
 #include "builder/engine_writer.h"
+#include "builder/entries.h"
 #include "builder/onnx/onnx_importer.h"
 #include "builder/plan/int8_lowering.h"
 #include "runtime/plugin_host/plugin_kernel.h"
@@ -105,24 +106,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     plugin_libraries.push_back(std::move(info));
   }
 
-  auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(result.model_bytes, model_size_on_disk(cfg.model));
-  progress("parsing " + cfg.model + " (" + megabytes(result.model_bytes) + ")");
-  KILN_ASSIGN_OR_RETURN(Graph graph, import_onnx_file(cfg.model));
-  progress("parsed: " + std::to_string(graph.nodes.size()) + " nodes, " + std::to_string(graph.inputs.size()) + " inputs, opset " +
-           std::to_string(graph.opset) + " in " + seconds_since(t0));
-  for (int id : graph.inputs) result.input_dtypes[graph.values[id].name] = graph.values[id].dtype;
-  for (const auto& [name, gen] : cfg.inputs)
-    if (!result.input_dtypes.count(name)) return InvalidArgument(cfg.config_path + ": inputs names '" + name + "', which the model does not have");
-  // A streaming state pair naming a missing input or output fails before anything is built.
-  for (const auto& st : cfg.streaming.state) {
-    bool has_output = false;
-    for (int id : graph.outputs) has_output = has_output || graph.values[id].name == st.output;
-    if (!result.input_dtypes.count(st.input))
-      return InvalidArgument(cfg.config_path + ": streaming.state names input '" + st.input + "', which the model does not have");
-    if (!has_output) return InvalidArgument(cfg.config_path + ": streaming.state names output '" + st.output + "', which the model does not have");
-  }
-
+  if (int8 && !cfg.entries.empty()) return InvalidArgument(cfg.config_path + ": precision int8 is not supported with entries yet");
   ProfileBuildOptions options;
   options.disabled_passes = std::set<std::string>(cfg.disabled_passes.begin(), cfg.disabled_passes.end());
   // fusions: {attention: required | auto | off}
@@ -132,62 +116,100 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   options.bf16 = bf16;
   options.tactics = tune;
   options.precision_overrides = cfg.precision_overrides;
-
-  // int8: the activation scales measured on the calibration profile's fp32 plan (untuned, before
-  // any lowering) serve every profile, whose steps keep their node names; that profile's graph is
-  // built once more for it.
   std::map<std::string, float> scales;
-  if (int8) {
-    const std::string& want = cfg.calibration.profile.empty() ? cfg.profiles.front().name : cfg.calibration.profile;
-    for (const ProfileConfig& pc : cfg.profiles) {
-      if (pc.name != want) continue;
+
+  std::vector<std::shared_ptr<const Plan>> plans;
+  std::vector<std::string> plan_entries;
+  std::set<std::string> output_names;
+  // One model: import it, then build each of its profiles. `entry` names an entry of `entries:`
+  // ("" for the top-level model); its plans are named "<entry>/<profile>" (docs/multi_entry.md).
+  auto build_model = [&](const std::string& model, const std::vector<ProfileConfig>& profile_configs, const std::string& entry) -> Status {
+    auto t0 = std::chrono::steady_clock::now();
+    KILN_ASSIGN_OR_RETURN(uint64_t model_bytes, model_size_on_disk(model));
+    result.model_bytes += model_bytes;
+    progress("parsing " + model + " (" + megabytes(model_bytes) + ")" + (entry.empty() ? "" : " for entry '" + entry + "'"));
+    KILN_ASSIGN_OR_RETURN(Graph graph, import_onnx_file(model));
+    progress("parsed: " + std::to_string(graph.nodes.size()) + " nodes, " + std::to_string(graph.inputs.size()) + " inputs, opset " +
+             std::to_string(graph.opset) + " in " + seconds_since(t0));
+    for (int id : graph.inputs) result.input_dtypes[graph.values[id].name] = graph.values[id].dtype;
+    for (int id : graph.outputs) output_names.insert(graph.values[id].name);
+
+    // int8: the activation scales measured on the calibration profile's fp32 plan (untuned, before
+    // any lowering) serve every profile, whose steps keep their node names; that profile's graph is
+    // built once more for it.
+    if (int8) {
+      const std::string& want = cfg.calibration.profile.empty() ? profile_configs.front().name : cfg.calibration.profile;
+      for (const ProfileConfig& pc : profile_configs) {
+        if (pc.name != want) continue;
+        const std::string at_line = cfg.config_path + ":" + std::to_string(pc.line);
+        auto resolved = resolve_profile(graph, pc);
+        if (!resolved.ok()) return resolved.status().with_context(at_line);
+        ProfileBuildOptions fp32 = options;
+        fp32.bf16 = false;
+        fp32.tactics = {};
+        fp32.precision_overrides.clear();
+        auto built = build_profile(graph, *resolved, fp32);
+        if (!built.ok()) return built.status().with_context(at_line);
+        auto got = calibrate(*built->plan, built->profile);
+        if (!got.ok()) return got.status().with_context(cfg.config_path + ": calibration on profile '" + want + "'");
+        scales = std::move(got).value();
+      }
+      options.int8_scales = &scales;
+    }
+
+    for (size_t i = 0; i < profile_configs.size(); ++i) {
+      ProfileConfig pc = profile_configs[i];
+      if (!entry.empty()) pc.name = entry_profile_name(entry, pc.name);
+      auto tp = std::chrono::steady_clock::now();
+      const std::string step = "[profile " + std::to_string(i + 1) + "/" + std::to_string(profile_configs.size()) + " '" + pc.name + "'] ";
       const std::string at_line = cfg.config_path + ":" + std::to_string(pc.line);
       auto resolved = resolve_profile(graph, pc);
       if (!resolved.ok()) return resolved.status().with_context(at_line);
-      ProfileBuildOptions fp32 = options;
-      fp32.bf16 = false;
-      fp32.tactics = {};
-      fp32.precision_overrides.clear();
-      auto built = build_profile(graph, *resolved, fp32);
+      progress(step + "building plan (dims checked at min/opt/max)");
+      auto built = build_profile(graph, *resolved, options);
       if (!built.ok()) return built.status().with_context(at_line);
-      auto got = calibrate(*built->plan, built->profile);
-      if (!got.ok()) return got.status().with_context(cfg.config_path + ": calibration on profile '" + want + "'");
-      scales = std::move(got).value();
+      BuiltProfile& bp = *built;
+      size_t fused = 0;
+      for (const auto& site : bp.attention_sites) fused += site.fused_node.empty() ? 0 : 1;
+      progress(step + "attention fusion: " + std::to_string(fused) + " of " + std::to_string(bp.attention_sites.size()) +
+               " attention sites fused" + (options.disabled_passes.count("attention_fusion") ? " (fusions.attention: off)" : ""));
+      for (const auto& site : bp.attention_sites)
+        if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
+      for (const auto& line : bp.pass_log)
+        for (const char* shown : {"selected_row_narrowing:", "winograd_layout:", "int8:", "precision_overrides:"})
+          if (line.rfind(shown, 0) == 0) progress(step + line);
+      if (bf16 && !bp.fp32_ops.empty()) {
+        std::string list;
+        for (const auto& op : bp.fp32_ops) list += (list.empty() ? "" : ", ") + op;
+        progress(step + "warning: precision " + cfg.precision + ": no bf16 kernel for " + list + "; these steps run in fp32");
+      }
+      progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " +
+               seconds_since(tp));
+      plans.push_back(bp.plan);
+      plan_entries.push_back(entry);
+      result.profiles.push_back(std::move(bp));
     }
-    options.int8_scales = &scales;
-  }
-
-  std::vector<std::shared_ptr<const Plan>> plans;
-  for (size_t i = 0; i < cfg.profiles.size(); ++i) {
-    const ProfileConfig& pc = cfg.profiles[i];
-    auto tp = std::chrono::steady_clock::now();
-    const std::string step = "[profile " + std::to_string(i + 1) + "/" + std::to_string(cfg.profiles.size()) + " '" + pc.name + "'] ";
-    const std::string at_line = cfg.config_path + ":" + std::to_string(pc.line);
-    auto resolved = resolve_profile(graph, pc);
-    if (!resolved.ok()) return resolved.status().with_context(at_line);
-    progress(step + "building plan (dims checked at min/opt/max)");
-    auto built = build_profile(graph, *resolved, options);
-    if (!built.ok()) return built.status().with_context(at_line);
-    BuiltProfile& bp = *built;
-    size_t fused = 0;
-    for (const auto& site : bp.attention_sites) fused += site.fused_node.empty() ? 0 : 1;
-    progress(step + "attention fusion: " + std::to_string(fused) + " of " + std::to_string(bp.attention_sites.size()) +
-             " attention sites fused" + (options.disabled_passes.count("attention_fusion") ? " (fusions.attention: off)" : ""));
-    for (const auto& site : bp.attention_sites)
-      if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
-    for (const auto& line : bp.pass_log)
-      for (const char* shown : {"selected_row_narrowing:", "winograd_layout:", "int8:", "precision_overrides:"})
-        if (line.rfind(shown, 0) == 0) progress(step + line);
-    if (bf16 && !bp.fp32_ops.empty()) {
-      std::string list;
-      for (const auto& op : bp.fp32_ops) list += (list.empty() ? "" : ", ") + op;
-      progress(step + "warning: precision " + cfg.precision + ": no bf16 kernel for " + list + "; these steps run in fp32");
+    return Status::Ok();
+  };
+  if (cfg.entries.empty()) {
+    KILN_RETURN_IF_ERROR(build_model(cfg.model, cfg.profiles, ""));
+  } else {
+    for (const EntryConfig& ec : cfg.entries) {
+      std::error_code eq;
+      if (std::filesystem::equivalent(ec.model, cfg.output, eq))
+        return InvalidArgument("output '" + cfg.output + "' is entry '" + ec.name + "''s model file; refusing to overwrite it");
+      KILN_RETURN_IF_ERROR(build_model(ec.model, ec.profiles, ec.name));
     }
-    progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " +
-             seconds_since(tp));
-    plans.push_back(bp.plan);
-    result.profiles.push_back(std::move(bp));
   }
+  for (const auto& [name, gen] : cfg.inputs)
+    if (!result.input_dtypes.count(name)) return InvalidArgument(cfg.config_path + ": inputs names '" + name + "', which the model does not have");
+  // A streaming state pair naming a missing input or output fails before anything is written.
+  for (const auto& st : cfg.streaming.state) {
+    if (!result.input_dtypes.count(st.input))
+      return InvalidArgument(cfg.config_path + ": streaming.state names input '" + st.input + "', which the model does not have");
+    if (!output_names.count(st.output)) return InvalidArgument(cfg.config_path + ": streaming.state names output '" + st.output + "', which the model does not have");
+  }
+  KILN_ASSIGN_OR_RETURN(auto state, check_state_bindings(cfg, result.profiles, plan_entries));
 
   EngineWriteInput in;
   in.plans = plans;
@@ -197,6 +219,8 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   in.tactic_threads = tune ? omp_get_max_threads() : 0;   // the caller's hook times tactics at this thread count
   in.input_generators = cfg.inputs;
   in.has_streaming = cfg.streaming.present;
+  if (!cfg.entries.empty()) in.plan_entries = plan_entries;
+  in.state = std::move(state);
   if (in.has_streaming) in.streaming = streaming_spec(cfg);
   // The runtime library is compiled for x86-64-v3 (AVX2 + FMA): an engine needs at least that, plus
   // what the chosen kernels need (a Winograd convolution picked by tactics needs AVX-512).

@@ -81,9 +81,11 @@ StatusOr<std::string> serialize_engine(const EngineWriteInput& in) {
   meta.set_source_model(in.source_model);
   meta.set_precision(in.precision);
   WeightTable weights;
-  for (const auto& plan : in.plans) {
+  for (size_t pi = 0; pi < in.plans.size(); ++pi) {
+    const auto& plan = in.plans[pi];
     auto* pp = meta.add_profiles();
     pp->set_name(plan->profile);
+    if (pi < in.plan_entries.size()) pp->set_entry(in.plan_entries[pi]);
     pp->set_opset(plan->opset);
     for (const auto& v : plan->values) {
       auto* pv = pp->add_values();
@@ -152,6 +154,19 @@ StatusOr<std::string> serialize_engine(const EngineWriteInput& in) {
     st->set_max_steps(in.streaming.max_steps);
     st->set_mask_input(in.streaming.mask_input);
     st->set_mask_block(in.streaming.mask_block);
+  }
+
+  for (const auto& sb : in.state) {
+    auto* ps = meta.add_state();
+    ps->set_name(sb.name);
+    ps->set_dtype(static_cast<int>(sb.dtype));
+    for (auto d : sb.dims) ps->add_dims(d);
+    for (const auto& b : sb.bindings) {
+      auto* pb = ps->add_bindings();
+      pb->set_entry(b.entry);
+      pb->set_input(b.input);
+      pb->set_output(b.output);
+    }
   }
 
   std::string meta_bytes;

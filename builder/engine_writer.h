@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/engine_info.h"
+#include "kiln/entry_spec.h"
 #include "runtime/plan.h"
 #include "runtime/streaming_spec.h"
 
@@ -23,6 +24,8 @@ struct EngineWriteInput {
   StreamingSpec streaming;
   int tactic_threads = 0;                              // threads the tactics were timed at; 0 = none timed
   std::map<std::string, InputGenerator> input_generators;
+  std::vector<std::string> plan_entries;   // per plan, its entry (empty list = a single-model engine)
+  std::vector<StateBufferSpec> state;
 };
 
 // Serializes to bytes (deterministic: the same input gives the same bytes).

@@ -22,7 +22,7 @@ set(KILN_PUBLIC_HEADERS
   include/kiln/attributes.h include/kiln/cpu_features.h include/kiln/dtype.h include/kiln/engine.h include/kiln/engine_info.h
   include/kiln/execution_context.h include/kiln/export.h include/kiln/infer_queue.h include/kiln/kiln.h include/kiln/kiln.hpp
   include/kiln/logging.h include/kiln/plugin_api.h include/kiln/shape.h include/kiln/status.h include/kiln/streaming_session.h
-  include/kiln/streaming_spec.h include/kiln/tensor.h ${CMAKE_BINARY_DIR}/include/kiln/version.h)
+  include/kiln/streaming_spec.h include/kiln/entry_spec.h include/kiln/tensor.h ${CMAKE_BINARY_DIR}/include/kiln/version.h)
 set(KILN_EXPORTED_TARGETS kiln_runtime_shared)
 
 if(KILN_BUILD_BUILDER)

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,43 @@ StatusOr<Shape> checked_shape(const google::protobuf::RepeatedField<int64_t>& di
     s.push_back(d);
   }
   return s;
+}
+
+// The `state:` buffers: known dtype, sane dims, and bindings naming an entry's existing input or
+// output of the buffer's dtype.
+Status load_state_specs(const engine::EngineMeta& meta, const std::string& name, const std::vector<ProfileInfo>& profiles,
+                        std::vector<StateBufferSpec>& out) {
+  for (const auto& sb : meta.state()) {
+    StateBufferSpec spec;
+    spec.name = sb.name();
+    spec.dtype = static_cast<DType>(sb.dtype());
+    const std::string where = "state '" + sb.name() + "'";
+    if (!dtype_is_known(spec.dtype)) return fail(name, where + " has unknown dtype " + std::to_string(sb.dtype()));
+    auto shape = checked_shape(sb.dims(), where);
+    if (!shape.ok()) return fail(name, shape.status().message());
+    if (!checked_nbytes(spec.dtype, *shape, where).ok()) return fail(name, where + " is too large");
+    spec.dims = shape->vec();
+    for (const auto& b : sb.bindings()) {
+      bool found_entry = false;
+      for (const auto& p : profiles) {
+        if (p.entry != b.entry()) continue;
+        found_entry = true;
+        // Plan outputs carry no dtype (kernels infer it); the builder checked it.
+        auto has = [&](const std::vector<BindingInfo>& list, const std::string& n) {
+          for (const auto& bi : list)
+            if (bi.name == n) return bi.dtype == spec.dtype || bi.dtype == DType::kUndefined;
+          return false;
+        };
+        if ((!b.input().empty() && !has(p.inputs, b.input())) || (!b.output().empty() && !has(p.outputs, b.output())))
+          return fail(name, where + ": profile '" + p.name + "' has no " + dtype_name(spec.dtype) + " input '" + b.input() +
+                                "' / output '" + b.output() + "' to bind");
+      }
+      if (!found_entry) return fail(name, where + " is bound to entry '" + b.entry() + "', which the engine does not have");
+      spec.bindings.push_back(StateBinding{b.entry(), b.input(), b.output()});
+    }
+    out.push_back(std::move(spec));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -207,6 +245,7 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
       if (!defined[v]) return fail(name, where + ": an output is never produced");
     ProfileInfo info;
     info.name = pp.name();
+    info.entry = pp.entry();
     for (int v : plan->inputs) {
       const PlanValue& pv = plan->values[v];
       BindingInfo b{pv.name, pv.dtype, Shape(pv.range_min), Shape(pv.range_opt), Shape(pv.range_max), pv.dim_names};
@@ -239,6 +278,7 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
     spec.mask_input = st.mask_input();
     spec.mask_block = st.mask_block();
   }
+  KILN_RETURN_IF_ERROR(load_state_specs(meta, name, out.profiles_, out.info_.state));
   if (log_enabled(LogLevel::kDebug))
     log_debug("loaded engine '" + name + "': format " + std::to_string(h.format_version) + ", " + std::to_string(out.profiles_.size()) +
               " profiles, " + std::to_string(weights.size()) + " weights (" + std::to_string(weight_bytes) + " bytes), " +
@@ -342,6 +382,13 @@ StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t s
   KILN_RETURN_IF_ERROR(settle_image(copy.get(), size, name, options));
   engine->image_ = std::move(copy);
   return engine;
+}
+
+std::vector<std::string> Engine::entries() const {
+  std::vector<std::string> out;
+  for (const auto& p : profiles_)
+    if (std::find(out.begin(), out.end(), p.entry) == out.end()) out.push_back(p.entry);
+  return out;
 }
 
 int Engine::find_profile(const std::string& name) const {

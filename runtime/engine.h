@@ -24,6 +24,8 @@ class Engine {
   const EngineInfo& info() const { return info_; }
   const std::vector<ProfileInfo>& profiles() const { return profiles_; }
   int find_profile(const std::string& name) const;  // -1 if absent
+  // Entry names in profile order (one "" for a single-model engine).
+  std::vector<std::string> entries() const;
   std::shared_ptr<const Plan> plan(size_t profile) const { return plans_[profile]; }
   // A new context for `profile`; errors name the known profiles. With `prepare`, the context is run
   // once at the profile's max and opt shapes first (ExecutionContext::prepare_for_profile), so its

@@ -89,6 +89,7 @@ StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared
   ctx->placed_.assign(nv, nullptr);
   ctx->concat_host_.assign(nv, -1);  // set by place_concat_inputs once the arena is planned
   ctx->skip_step_.assign(ns, 0);
+  ctx->update_in_place_.assign(ns, 0);
   for (size_t s = 0; s < ns; ++s) {
     for (int v : plan->steps[s].inputs)
       if (v >= 0) ctx->readers_[v].push_back(static_cast<int>(s));
@@ -296,7 +297,18 @@ Status ExecutionContext::run_step(size_t s, bool use_arena) {
     return Status::Ok();
   }
   bool shapes_changed = !prepared_[s];
-  for (size_t o = 0; o < no; ++o) {
+  if (update_in_place_[s]) {
+    // The output is the data input's buffer, updated in place (allow_update_in_place).
+    const int v = step.outputs[0];
+    if (desc[0].dtype != in[0].dtype || desc[0].shape != in[0].shape) return Internal(where() + ": an in-place update changed the shape");
+    if (bound_outputs_[v].present() && bound_outputs_[v].data != in[0].data)
+      return InvalidArgument("output '" + plan_->values[v].name + "' is updated in place in its input's buffer; bind it to that buffer");
+    views_[v] = TensorView{in[0].data, desc[0].dtype, desc[0].shape};
+    planned_[v] = desc[0];
+    out[0] = views_[v];
+    update_bytes_ += ni > 2 ? in[2].nbytes() : 0;
+  }
+  for (size_t o = update_in_place_[s] ? 1 : 0; o < no; ++o) {
     const int v = step.outputs[o];
     if (!dtype_is_known(desc[o].dtype))  return Internal(where() + ": output " + std::to_string(o) + " has no inferred dtype");
     if (placed_[v]) {
@@ -354,6 +366,7 @@ Status ExecutionContext::run() {
     std::fill(prepared_.begin(), prepared_.end(), false);
   }
   const bool use_arena = arena_valid_;
+  update_bytes_ = 0;
   // Placing state outputs needs every value's shape, known from the last run at these inputs.
   if (use_arena) plan_state_placement();
   else std::fill(placed_.begin(), placed_.end(), nullptr), std::fill(skip_step_.begin(), skip_step_.end(), 0);
@@ -408,7 +421,9 @@ Status ExecutionContext::bind_output(const std::string& name, const TensorView& 
 
 Status ExecutionContext::prepare_for_profile() {
   for (int v : plan_->inputs)
-    if (plan_->values[v].range_max.empty()) return InvalidArgument("this plan has no profile ranges to prepare for");
+    // A scalar input's range is the empty shape.
+    if (plan_->values[v].range_max.empty() && !(plan_->values[v].has_declared_shape && plan_->values[v].dims.empty()))
+      return InvalidArgument("this plan has no profile ranges to prepare for");
   std::vector<Tensor> zeros;
   using Range = std::vector<int64_t> PlanValue::*;
   for (Range which : {&PlanValue::range_max, &PlanValue::range_opt}) {

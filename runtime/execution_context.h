@@ -53,6 +53,17 @@ class ExecutionContext {
   bool state_output_overflowed(const std::string& name) const;
   uint64_t state_bytes_copied() const { return state_bytes_copied_; }
 
+  // In-place updates of an input (runtime/update_in_place.cpp; what Session uses for a fixed-size
+  // KV cache whose step writes one row at cur_pos). Allows the chain of ScatterND steps starting at
+  // `input` to write into the input's own buffer instead of copying it first, wherever nothing
+  // reads the old contents afterwards. Call before the first run. The caller then owns the
+  // consequence: the input's buffer holds the updated tensor after run().
+  Status allow_update_in_place(const std::string& input);
+  // Whether `output` is the end of such a chain on `input` (it then aliases the input's buffer).
+  bool updates_in_place(const std::string& output, const std::string& input) const;
+  // Bytes the in-place update steps wrote in the last run (their `updates`, not the whole tensor).
+  uint64_t in_place_update_bytes() const { return update_bytes_; }
+
   // Runs once at the profile's max shapes (sizing the arena for the whole range) and once at its
   // opt shapes (planning buffers and preparing kernels), on zero-filled inputs, so the first real
   // run at opt needs no preparation. Inputs must be bound again afterwards.
@@ -136,6 +147,8 @@ class ExecutionContext {
   std::vector<size_t> concat_offset_;         // its byte offset in there
   std::vector<char> skip_step_;               // per step: a Concat whose inputs were written in place
   uint64_t state_bytes_copied_ = 0;
+  std::vector<char> update_in_place_;         // per step: a ScatterND writing into its data input's buffer
+  uint64_t update_bytes_ = 0;
   bool profiling_ = false;
   std::vector<double> step_ms_;
   std::vector<double> step_begin_ms_;

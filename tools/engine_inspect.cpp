@@ -54,6 +54,13 @@ Status inspect_engine(const std::string& path, const LoadOptions& options) {
                 st.step.c_str(), pairs.c_str(), static_cast<long long>(st.max_steps), static_cast<long long>(st.tokens_per_step),
                 st.mask_input.empty() ? "" : ("; mask '" + st.mask_input + "' generated block-causal").c_str());
   }
+  for (const StateBufferSpec& st : info.state) {
+    std::string binds;
+    for (const auto& b : st.bindings)
+      binds += (binds.empty() ? "" : "; ") + b.entry + (b.input.empty() ? "" : " reads " + b.input) +
+               (b.input.empty() || b.output.empty() ? "" : ",") + (b.output.empty() ? "" : " writes " + b.output);
+    std::printf("  state '%s': %s %s (%s)\n", st.name.c_str(), dtype_name(st.dtype).c_str(), Shape(st.dims).str().c_str(), binds.c_str());
+  }
   for (size_t p = 0; p < engine->profiles().size(); ++p) {
     const ProfileInfo& pi = engine->profiles()[p];
     const Plan& plan = *engine->plan(p);

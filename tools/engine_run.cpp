@@ -1,6 +1,7 @@
 // engine-run: run an ONNX model (built in memory for the given input shapes) or one profile of an
 // engine file, write the outputs, time it as trtexec does; run an engine's streaming session; or
-// inspect an engine file. `engine-run --help` lists every option.
+// inspect an engine file; run one entry of a multi-entry engine (--entry) or greedy generation over
+// a seq2seq engine (--generate). `engine-run --help` lists every option.
 //
 // Inputs: --input NAME=FILE (.npy, or .pb = ONNX TensorProto; NAME= may be omitted for .pb). An
 // engine input without a file is generated at --shape NAME=DIMS or the profile's opt shape, by the
@@ -30,6 +31,8 @@
 #include "runtime/plugin_host/plugin_registry.h"
 #include "tools/cli_common.h"
 #include "tools/engine_inspect.h"
+#include "tools/entry_run.h"
+#include "tools/generate_run.h"
 #include "tools/npy_io.h"
 #include "tools/omp_wait_policy.h"
 #include "tools/run_options_cli.h"
@@ -48,6 +51,9 @@ struct Args {
   TimingOptions timing;
   std::vector<std::string> disabled_passes;
   std::string profile;
+  std::string entry;           // multi-entry engines (tools/entry_run.h)
+  bool generate = false;       // tools/generate_run.h
+  int max_new_tokens = 32;
   std::string profile_layers;  // Chrome trace output
   std::string stream;          // folder of per-step input folders
   RunOptions run;              // plugin search path, memory cap, scheduling
@@ -58,6 +64,17 @@ struct Args {
 
 Status check_args(const Args& a) {
   if (a.inspect) return Status::Ok();
+  if (a.generate) {
+    if (!a.entry.empty() || !a.profile.empty() || a.timing.enabled() || !a.profile_layers.empty() || !a.stream.empty())
+      return InvalidArgument("--generate combines only with --input, --max-new-tokens and --output-dir");
+    return Status::Ok();
+  }
+  if (!a.entry.empty()) {
+    if (!a.profile_layers.empty() || !a.disabled_passes.empty() || a.no_tactics || !a.stream.empty() || !a.shapes.empty())
+      return InvalidArgument("--entry combines only with --profile, --input, --output-dir, --iterations and --json");
+    if (a.output_dir.empty() && a.timing.iterations == 0) return InvalidArgument("--output-dir is required (or --iterations to only time)");
+    return Status::Ok();
+  }
   if (!a.stream.empty()) {
     if (!a.inputs.empty() || !a.shapes.empty() || a.timing.enabled() || !a.profile.empty() || !a.profile_layers.empty() ||
         !a.save_inputs.empty())
@@ -241,6 +258,15 @@ Status run(Args& args) {
     KILN_ASSIGN_OR_RETURN(auto named, parse_shape(spec));
     if (!shapes.emplace(named.first, named.second).second) return InvalidArgument("--shape for '" + named.first + "' is given twice");
   }
+  if (args.generate) {
+    if (!is_engine_file(args.model)) return InvalidArgument("--generate applies to engine files; '" + args.model + "' is not one");
+    return run_generate(GenerateArgs{args.model, args.output_dir, args.max_new_tokens, args.run.load}, inputs);
+  }
+  if (!args.entry.empty()) {
+    if (!is_engine_file(args.model)) return InvalidArgument("--entry applies to engine files; '" + args.model + "' is not one");
+    return run_entry(EntryRunArgs{args.model, args.entry, args.profile, args.output_dir, args.timing.iterations, args.timing.json, args.run.load},
+                     inputs);
+  }
   return is_engine_file(args.model) ? run_engine(args, inputs, shapes) : run_onnx(args, inputs, shapes);
 }
 
@@ -314,7 +340,14 @@ Status run_context(ExecutionContext& ctx, const Args& args) {
 
 void add_options(CLI::App& app, Args& a) {
   app.add_option("model", a.model, "An ONNX model (built in memory for its inputs' shapes) or an engine file")->required();
-  app.add_option("--profile", a.profile, "The engine profile to run (needed when the engine has several)");
+  app.add_option("--profile", a.profile, "The engine profile to run (needed when the engine has several); with --entry, the entry's profile");
+  app.add_option("--entry", a.entry, "Run one entry of a multi-entry engine in a fresh session; an --input naming a state-bound input sets "
+                                     "that state")
+      ->type_name("NAME");
+  app.add_flag("--generate", a.generate, "Greedy generation over a seq2seq engine (encoder, prefill, step entries; configs/seq2seq.yaml): "
+                                         "writes DIR/tokens.npy, DIR/logits.npy and DIR/timings.json");
+  app.add_option("--max-new-tokens", a.max_new_tokens, "--generate stops after N tokens, at the end token or at the cache length")
+      ->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("-i,--input", a.inputs, "An input from a file: NAME=FILE.npy, NAME=FILE.pb or FILE.pb (repeatable)")->allow_extra_args(false)->type_name("NAME=FILE");
   app.add_option("--shape", a.shapes,
                  "Generate input NAME at this shape, e.g. x=1x274x384 (repeatable). An engine's inputs without --input are generated "

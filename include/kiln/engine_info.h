@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/entry_spec.h"
 #include "kiln/shape.h"
 #include "kiln/streaming_spec.h"
 
@@ -23,6 +24,7 @@ struct BindingInfo {
 
 struct ProfileInfo {
   std::string name;
+  std::string entry;           // "" in a single-model engine; else name is "<entry>/<profile>"
   std::vector<BindingInfo> inputs;
   std::vector<BindingInfo> outputs;
 };
@@ -63,6 +65,7 @@ struct EngineInfo {
   std::map<std::string, InputGenerator> input_generators;   // by input name
   bool has_streaming = false;     // engine-build's `streaming` section, for StreamingSession
   StreamingSpec streaming;
+  std::vector<StateBufferSpec> state;   // engine-build's `state:` section, for Session
 };
 
 // How to load an engine.
