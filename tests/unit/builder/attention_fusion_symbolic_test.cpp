@@ -195,10 +195,10 @@ TEST(AttentionFusionSymbolic, VitDynamicBatchSplitsAndNarrows) {
   EXPECT_TRUE(narrowed);
 }
 
-// A GPT-style decoder kiln's models do not contain (tests/e2e/attention_variants.py): separate q/k/v,
+// A GPT-style decoder kiln's models do not contain (models/attention_variants.py): separate q/k/v,
 // a 2-D bool causal buffer sliced [past : past+seq, : past+seq], masked_fill(~mask, -inf), Mul scale.
 TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
-  const std::string cmd = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 tests/e2e/attention_variants.py gpt_sep_qkv --out '" +
+  const std::string cmd = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 models/attention_variants.py gpt_sep_qkv --out '" +
                           work_dir().string() + "' > '" + (work_dir() / "gpt_sep_qkv.log").string() + "' 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "export failed, see " << work_dir();
   for (auto [seq, past] : {std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>{{1, 1}, {1, 1024}},
@@ -217,7 +217,7 @@ TEST(AttentionFusionSymbolic, VariantDecoderWithA2dCausalBuffer) {
     }
   }
   // tril(diagonal=1) looks the same but lets each query see the next key: never "causal".
-  const std::string la = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 tests/e2e/attention_variants.py gpt_lookahead --out '" +
+  const std::string la = std::string("cd '") + KILN_SOURCE_DIR + "' && /usr/bin/python3 models/attention_variants.py gpt_lookahead --out '" +
                          work_dir().string() + "' > '" + (work_dir() / "gpt_lookahead.log").string() + "' 2>&1";
   ASSERT_EQ(std::system(la.c_str()), 0) << "export failed, see " << work_dir();
   {
