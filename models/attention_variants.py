@@ -34,8 +34,7 @@ Encoders (models/attention_encoders.py; x [batch, seq, dim], batch and seq range
 
 Each variant: build() -> module (fixed seed), INPUTS/OUTPUTS/DYNAMIC_AXES, LAYERS (attention layers),
 make_inputs(**dims) -> numpy inputs, config(onnx, engine) -> engine-build YAML text with the profiles,
-CASES -> {profile: [dims]}, EXPECTED_GAP (None, or why kiln does not fuse it yet: the test then
-checks it builds unfused and still matches PyTorch). The classes are tiny (dims 32-64, 2 layers) so
+CASES -> {profile: [dims]}. The classes are tiny (dims 32-64, 2 layers) so
 the fusion tests stay fast; variant(name, "bench") gives the same module code at a class's BENCH dims
 (6 layers, width 512-768, head dim 64) for the peer benchmark (bench/run_peer_bench.py); only
 gpt_sep_qkv, rotary_runtime_mask, mha_batch_first and scaled_q_bsd have one.

@@ -74,27 +74,6 @@ bool fold_noop_cast(Graph& g, Node& n, const std::vector<bool>& is_output) {
   return true;
 }
 
-// Removes the producers that folding left without readers, walking back from the folded nodes'
-// inputs: a Shape whose only reader folded (Shape(v)[-1] read for a scale) would otherwise stay a
-// reader of v until dead_node_elimination, and passes that need v's readers (attention_fusion's
-// single-use checks) would see it. Only nodes upstream of a fold are touched.
-void remove_orphaned_producers(Graph& g, std::vector<int> freed, PassContext& ctx) {
-  std::vector<int> uses = g.use_counts();
-  while (!freed.empty()) {
-    const int v = freed.back();
-    freed.pop_back();
-    if (v < 0 || uses[v] > 0 || g.values[v].producer < 0) continue;
-    Node& p = g.nodes[g.values[v].producer];
-    if (p.removed) continue;
-    bool read = false;
-    for (int o : p.outputs) read = read || (o >= 0 && uses[o] > 0);
-    if (read) continue;
-    p.removed = true;
-    ctx.log.push_back("constant_folding: removed " + g.describe_node(p) + " (its readers folded)");
-    for (int i : p.inputs)
-      if (i >= 0 && --uses[i] == 0) freed.push_back(i);
-  }
-}
 }  // namespace
 
 Status constant_folding(Graph& g, PassContext& ctx) {
@@ -145,7 +124,11 @@ Status constant_folding(Graph& g, PassContext& ctx) {
     }
     folded(n);
   }
-  remove_orphaned_producers(g, std::move(freed), ctx);
+  // The producers its folds leave unread go now, not at dead_node_elimination: a Shape whose reader
+  // folded (Shape(v)[-1] for a scale) would stay a reader of v, and attention_fusion's single-use
+  // checks would see it.
+  for (const std::string& r : g.remove_unread_producers(std::move(freed)))
+    ctx.log.push_back("constant_folding: removed " + r + " (its readers folded)");
   return Status::Ok();
 }
 

@@ -17,6 +17,12 @@ const std::vector<Pass>& pass_pipeline() {
        "computed from a static size (GPT-2's w / v.size(-1) ** 0.5) becomes a number; drops Casts to a value's own "
        "dtype and the Shapes whose readers all folded, so they no longer read the values attention_fusion takes",
        constant_folding},
+      {"shape_sources",
+       "make each Shape of a computed value whose dims are symbolic read the graph inputs those dims come from "
+       "(b, h, s, d = out.shape of an attention's output; k.shape[-2] of a KV-cache Concat), so it is no reader of "
+       "that value; after folding, which removes the Shapes that read only static dims, before attention_fusion, "
+       "which takes in values that have no other readers",
+       shape_sources},
       {"packed_projection_split",
        "give each Slice of a packed projection's product (nn.MultiheadAttention's x.W[E,3E] -> q, k, v) its own "
        "MatMul on the weight's columns: no Slice copies, and the query projection alone can narrow; after folding, "

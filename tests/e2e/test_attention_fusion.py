@@ -15,9 +15,7 @@ Models (small sizes):
 Checks per model: the build succeeds; the report lists, per profile, as many fused sites as the model
 has layers, none unfused, each site naming the nodes it replaced (its Softmax among them); engine-run
 --profile at shapes across each range (min, between, max) matches PyTorch (kiln_e2e.compare_arrays:
-atol 1e-4, rtol 1e-3). A variant with an EXPECTED_GAP (a form kiln does not fuse yet) is built with
-the attention fusion `auto` instead and must report no fused site and still match PyTorch; if it fuses
-under `required`, the test fails so the gap gets closed in the corpus too.
+atol 1e-4, rtol 1e-3).
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
 """
 import json
@@ -47,18 +45,17 @@ KILN_MODELS = {
 }
 
 
-def build(name, config, onnx_path, engine, args, res, fusion="required"):
+def build(name, config, onnx_path, engine, args, res):
     report = engine + ".report.json"
     proc, secs = kiln_e2e.engine_build(args.engine_build, config, engine, model=onnx_path, report=report,
                                        timeout=args.timeout)
     ok = proc.returncode == 0 and os.path.exists(engine)
-    res.record(f"[build] {name} (attention {fusion})", ok,
+    res.record(f"[build] {name} (attention required)", ok,
                f"{secs:.1f} s" if ok else f"exit {proc.returncode}\n{tail(proc.stderr)}")
     return report if ok else None
 
 
 def check_report(name, report, profiles, layers, res):
-    """Per profile: LAYERS fused sites, none unfused (LAYERS 0: no fused site, every Softmax unfused)."""
     problems = []
     try:
         with open(report) as f:
@@ -67,7 +64,7 @@ def check_report(name, report, profiles, layers, res):
             fu = rep["profiles"][p]["fusions"]
             if fu.get("attention") != layers:
                 problems.append(f"{p}: {fu.get('attention')} fused sites, expected {layers}")
-            if layers and fu.get("unfused"):
+            if fu.get("unfused"):
                 problems.append(f"{p}: unfused {fu['unfused']}")
             for s in fu.get("sites", []):
                 # The fused node is named after its Softmax: <scope>/Attention replaced <scope>/Softmax.
@@ -78,8 +75,7 @@ def check_report(name, report, profiles, layers, res):
                   flush=True)
     except Exception as e:  # noqa: BLE001 - any malformed report is a failure
         problems.append(f"{type(e).__name__}: {e}")
-    what = f"{layers} fused per profile, none unfused" if layers else "none fused (expected gap)"
-    res.record(f"[report] {name}: {what}", not problems, "; ".join(problems))
+    res.record(f"[report] {name}: {layers} fused per profile, none unfused", not problems, "; ".join(problems))
 
 
 def kiln_model(name, args, res):
@@ -111,23 +107,12 @@ def variant(name, args, res):
     model = attention_variants.export(name, onnx_path)
     engine = os.path.join(work, name + ".engine")
     config = os.path.join(work, name + ".yaml")
-    gap = getattr(spec, "EXPECTED_GAP", None)
-    text = spec.config(onnx_path, engine)
     with open(config, "w") as f:
-        f.write(text)
-    if gap:
-        # Still a gap: `required` must fail naming the Softmax; `auto` builds it unfused.
-        print(f"    expected gap: {gap}", flush=True)
-        proc, _ = kiln_e2e.engine_build(args.engine_build, config, engine, model=onnx_path,
-                                        report=engine + ".report.json", timeout=args.timeout)
-        res.record(f"[gap] {name}: `attention: required` fails", proc.returncode != 0 and "was not fused" in proc.stderr,
-                   f"exit {proc.returncode}\n{tail(proc.stderr)}")
-        with open(config, "w") as f:
-            f.write(text.replace("fusions: {attention: required}", "fusions: {attention: auto}"))
-    report = build(name, config, onnx_path, engine, args, res, "auto" if gap else "required")
+        f.write(spec.config(onnx_path, engine))
+    report = build(name, config, onnx_path, engine, args, res)
     if not report:
         return
-    check_report(name, report, list(spec.CASES), 0 if gap else spec.LAYERS, res)
+    check_report(name, report, list(spec.CASES), spec.LAYERS, res)
     for profile, cases in spec.CASES.items():
         for dims in cases:
             case = ",".join(f"{k}={v}" for k, v in dims.items())

@@ -30,6 +30,7 @@ OnnxModelBuilder scaled_attention(ScaleForm form, bool extra_cast = false) {
   OnnxModelBuilder b;
   for (const char* n : {"q", "k", "v"}) b.input(n, DType::kFloat32, {int64_t{1}, kH, std::string("S"), kDh});
   b.initializer("last1", {-1}, {1}).initializer("big", {INT64_MAX}, {1}).initializer("zero1", {0}, {1});
+  b.initializer("step1", {1}, {1});
   b.initializer("last", {-1}, {});
   b.initializer_f("half", {0.5f}, {}).initializer_f("neg_half", {-0.5f}, {}).initializer_f("one", {1.0f}, {});
   OnnxModelBuilder::ints_attr(b.node("Transpose", {"k"}, {"kt"}, "kt"), "perm", {0, 1, 3, 2});
@@ -53,7 +54,7 @@ OnnxModelBuilder scaled_attention(ScaleForm form, bool extra_cast = false) {
       break;
     case ScaleForm::kMulBySqrtReciprocal:  // sdpa: 1 / sqrt(Shape(q)[-1:]) on the scores
       b.node("Shape", {"q"}, {"q_shape"}, "q_shape");
-      b.node("Slice", {"q_shape", "last1", "big"}, {"dh1"}, "dh_slice");
+      b.node("Slice", {"q_shape", "last1", "big", "zero1", "step1"}, {"dh1"}, "dh_slice");  // axes, steps given
       OnnxModelBuilder::int_attr(b.node("Cast", {"dh1"}, {"dh_f"}, "dh_cast"), "to", to_float);
       b.node("Sqrt", {"dh_f"}, {"root"}, "sqrt");
       b.node("Div", {"one", "root"}, {"inv_root"}, "inv");
