@@ -1,5 +1,12 @@
 #include "builder/engine_writer.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -168,15 +175,40 @@ Status write_engine_file(const std::string& path, const EngineWriteInput& in, ui
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return IoError("cannot create folder '" + parent.string() + "': " + ec.message());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return IoError("cannot write '" + tmp + "'");
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) return IoError("failed writing '" + tmp + "' (disk full?)");
+  // A unique temporary beside the target (so the rename is atomic and never replaces a file of
+  // the user's called ENGINE.tmp), removed on every failure: a failed build leaves no stray file.
+  std::string tmp = (parent.empty() ? std::string(".") : parent.string()) + "/." + std::filesystem::path(path).filename().string() + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return IoError("cannot create a temporary file beside '" + path + "': " + std::strerror(errno));
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string why = w < 0 ? std::strerror(errno) : "no progress";
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return IoError("failed writing the engine for '" + path + "' (" + why + ")");
+    }
+    off += static_cast<size_t>(w);
+  }
+  // mkstemp creates the file 0600; an engine is as readable as any file the user writes.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return IoError("failed writing the engine for '" + path + "' (" + std::strerror(errno) + ")");
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    ::unlink(tmp.c_str());
+    return IoError("cannot write the engine to '" + path + "': it is a directory");
   }
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return IoError("cannot move '" + tmp + "' to '" + path + "': " + ec.message());
+  if (ec) {
+    ::unlink(tmp.c_str());
+    return IoError("cannot write the engine to '" + path + "': " + ec.message());
+  }
   if (bytes_written) *bytes_written = bytes.size();
   return Status::Ok();
 }

@@ -61,7 +61,7 @@ Status fill_block_causal_mask(const TensorView& mask, int64_t block) {
 }
 
 StatusOr<Tensor> generate_input(const std::string& name, DType dtype, const Shape& shape, const InputGenerator* gen) {
-  Tensor t = Tensor::zeros(dtype, shape);
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(dtype, shape, "input '" + name + "'"));
   const TensorView& v = t.view();
   std::string kind = gen ? gen->kind : (dtype_is_float(dtype) ? "uniform" : dtype == DType::kBool ? "ones" : "zeros");
   const std::string where = "input '" + name + "' generator '" + kind + "'";

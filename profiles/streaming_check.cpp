@@ -60,23 +60,6 @@ std::vector<std::pair<std::string, TensorView>> views(const Inputs& in) {
   return v;
 }
 
-// Per-step inputs of `profile` at its opt shapes: everything but the state inputs and the mask
-// the session generates.
-StatusOr<Inputs> step_inputs(const Engine& engine, const std::string& profile, const BuildConfig& cfg, const StreamingSpec& spec) {
-  KILN_ASSIGN_OR_RETURN(auto ctx, engine.create_context(profile));
-  const ProfileInfo& p = engine.profiles()[engine.find_profile(profile)];
-  std::map<std::string, Shape> shapes;
-  for (const auto& b : p.inputs) shapes[b.name] = b.opt;
-  KILN_ASSIGN_OR_RETURN(Inputs all, generate_profile_inputs(*ctx, shapes, cfg.inputs));
-  Inputs out;
-  for (auto& [name, t] : all) {
-    bool skip = name == spec.mask_input;
-    for (const auto& st : spec.state) skip = skip || name == st.input;
-    if (!skip) out.emplace_back(name, std::move(t));
-  }
-  return out;
-}
-
 struct Snapshot {
   std::map<std::string, Tensor> values;  // non-state outputs and state contents
 };
@@ -101,7 +84,7 @@ StatusOr<Snapshot> snapshot(const StreamingSession& s, const Engine& engine, con
 // input is split along the axis where the two profiles' opt shapes differ (the timestep axis).
 Status check_equivalence(StreamingSession& session, const Engine& engine, const BuildConfig& cfg, const StreamingSpec& spec,
                          StreamingResult& r, const std::function<void(const std::string&)>& progress) {
-  KILN_ASSIGN_OR_RETURN(Inputs full, step_inputs(engine, spec.cold_start, cfg, spec));
+  KILN_ASSIGN_OR_RETURN(Inputs full, streaming_step_inputs(engine, spec.cold_start, cfg, spec));
   const ProfileInfo& cold = engine.profiles()[engine.find_profile(spec.cold_start)];
   const ProfileInfo& warm = engine.profiles()[engine.find_profile(spec.step)];
   Inputs prefix, last;
@@ -158,6 +141,23 @@ Status check_equivalence(StreamingSession& session, const Engine& engine, const 
 
 }  // namespace
 
+// Per-step inputs of `profile` at its opt shapes: everything but the state inputs and the mask
+// the session generates.
+StatusOr<Inputs> streaming_step_inputs(const Engine& engine, const std::string& profile, const BuildConfig& cfg, const StreamingSpec& spec) {
+  KILN_ASSIGN_OR_RETURN(auto ctx, engine.create_context(profile));
+  const ProfileInfo& p = engine.profiles()[engine.find_profile(profile)];
+  std::map<std::string, Shape> shapes;
+  for (const auto& b : p.inputs) shapes[b.name] = b.opt;
+  KILN_ASSIGN_OR_RETURN(Inputs all, generate_profile_inputs(*ctx, shapes, cfg.inputs));
+  Inputs out;
+  for (auto& [name, t] : all) {
+    bool skip = name == spec.mask_input;
+    for (const auto& st : spec.state) skip = skip || name == st.input;
+    if (!skip) out.emplace_back(name, std::move(t));
+  }
+  return out;
+}
+
 StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engine, const BuildConfig& cfg, bool benchmark,
                                               const std::function<void(const std::string&)>& progress) {
   StreamingResult r;
@@ -175,8 +175,8 @@ StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engi
                     " (tolerance " + fmt(kTolerance) + ")");
   if (!benchmark) return r;
 
-  KILN_ASSIGN_OR_RETURN(Inputs cold_in, step_inputs(*engine, spec.cold_start, cfg, spec));
-  KILN_ASSIGN_OR_RETURN(Inputs step_in, step_inputs(*engine, spec.step, cfg, spec));
+  KILN_ASSIGN_OR_RETURN(Inputs cold_in, streaming_step_inputs(*engine, spec.cold_start, cfg, spec));
+  KILN_ASSIGN_OR_RETURN(Inputs step_in, streaming_step_inputs(*engine, spec.step, cfg, spec));
   const auto cold_views = views(cold_in), step_views = views(step_in);
   r.steps = cfg.streaming.steps;
   r.budget_ms = cfg.benchmark.budget_ms;

@@ -48,6 +48,11 @@ struct StreamingResult {
 StatusOr<StreamingResult> run_streaming_check(std::shared_ptr<const Engine> engine, const BuildConfig& cfg, bool benchmark,
                                               const std::function<void(const std::string&)>& progress);
 
+// Per-step inputs of `profile` at its opt shapes, from the config's generators: everything but the
+// state inputs and the mask the session generates (bench/interference uses it too).
+StatusOr<std::vector<std::pair<std::string, Tensor>>> streaming_step_inputs(const Engine& engine, const std::string& profile,
+                                                                            const BuildConfig& cfg, const StreamingSpec& spec);
+
 // The report's "streaming" object.
 std::string streaming_report_json(const StreamingResult& r);
 

@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/plugin_host/plugin_kernel.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.pb.h"
 #include "runtime/engine_format.h"
+#include "runtime/memory_budget.h"
 
 namespace kiln {
 
@@ -58,8 +61,26 @@ StatusOr<Shape> checked_shape(const google::protobuf::RepeatedField<int64_t>& di
 
 }  // namespace
 
+// The trust rule of LoadOptions::allowed_plugins: an engine names libraries; kiln opens only those
+// the caller chose. Paths compare after resolving symlinks, so "../x/lib.so" cannot pose as an
+// allowed one, and a folder allows the files directly in it only.
+static Status check_plugin_allowed(const std::string& recorded, const std::string& engine, const LoadOptions& options) {
+  const std::string lib = PluginRegistry::canonical_library_path(recorded);
+  for (const std::string& loaded : PluginRegistry::global().loaded_libraries())
+    if (loaded == lib) return Status::Ok();
+  for (const std::string& allowed : options.allowed_plugins)
+    if (PluginRegistry::canonical_library_path(allowed) == lib) return Status::Ok();
+  const std::string folder = std::filesystem::path(lib).parent_path().string();
+  for (const std::string& dir : options.plugin_dirs)
+    if (PluginRegistry::canonical_library_path(dir) == folder) return Status::Ok();
+  return Status(StatusCode::kFailedPrecondition,
+                "engine '" + engine + "' names plugin library '" + lib +
+                    "', which the caller has not allowed: kiln opens no library on an engine file's say-so (load it first, list it in "
+                    "LoadOptions::allowed_plugins, or pass engine-run --plugin " + lib + ")");
+}
+
 // Validates and decodes a whole engine image (file mmap or memory copy) into `out`.
-Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out) {
+Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, const LoadOptions& options, Engine& out) {
   const char* base = static_cast<const char*>(image.get());
   if (size < kEngineHeaderBytes) return fail(name, "file is " + std::to_string(size) + " bytes, smaller than the 128-byte header (truncated or not an engine)");
   EngineHeader h;
@@ -87,6 +108,7 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
 
   // Plugin libraries first: the plans' plugin steps must find their creators.
   for (const auto& lib : meta.plugin_libraries()) {
+    KILN_RETURN_IF_ERROR(check_plugin_allowed(lib.path(), name, options));
     Status st = PluginRegistry::global().load_library(lib.path());
     if (!st.ok()) return Status(st.code(), "engine '" + name + "' needs a plugin library it cannot load: " + st.message());
   }
@@ -229,7 +251,29 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
   return Status::Ok();
 }
 
-StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path) {
+namespace {
+
+// Memory-cap, pre-faulting and locking common to both loaders; `image` is the whole engine.
+Status settle_image(const void* image, size_t size, const std::string& name, const LoadOptions& options) {
+  if (options.prefault) {
+    // One read per page: the mapping's page faults happen here, not in the first runs.
+    const long page = ::sysconf(_SC_PAGESIZE);
+    ::madvise(const_cast<void*>(image), size, MADV_WILLNEED);
+    volatile char sink = 0;
+    for (size_t off = 0; off < size; off += static_cast<size_t>(page)) sink = sink + static_cast<const volatile char*>(image)[off];
+  }
+  if (options.lock_memory) {
+    if (::mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+      return Status(StatusCode::kFailedPrecondition, "engine '" + name + "': cannot lock memory (" + std::strerror(errno) +
+                                                         "): raise the locked-memory limit (ulimit -l, RLIMIT_MEMLOCK) or grant CAP_IPC_LOCK");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path, const LoadOptions& options) {
+  if (options.max_memory) set_max_memory(options.max_memory);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot open engine '" + path + "': " + std::strerror(errno));
   struct stat st {};
@@ -242,22 +286,39 @@ StatusOr<std::shared_ptr<Engine>> Engine::load_file(const std::string& path) {
     ::close(fd);
     return DataLoss("engine '" + path + "': file is empty");
   }
+  // The mapped weights count against the memory cap like copied ones.
+  if (Status charged = charge_memory(size, "engine '" + path + "' (weights and plans, mapped)"); !charged.ok()) {
+    ::close(fd);
+    return charged;
+  }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) return IoError("cannot mmap engine '" + path + "': " + std::strerror(errno));
-  std::shared_ptr<const void> image(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  if (p == MAP_FAILED) {
+    release_memory(size);
+    return IoError("cannot mmap engine '" + path + "': " + std::strerror(errno));
+  }
+  std::shared_ptr<const void> image(p, [size](const void* q) {
+    ::munmap(const_cast<void*>(q), size);
+    release_memory(size);
+  });
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, *engine));
+  KILN_RETURN_IF_ERROR(load_engine_image(image, size, path, options, *engine));
+  KILN_RETURN_IF_ERROR(settle_image(p, size, path, options));
+  engine->image_ = std::move(image);
   return engine;
 }
 
-StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t size, const std::string& name) {
+StatusOr<std::shared_ptr<Engine>> Engine::load_memory(const void* data, size_t size, const std::string& name, const LoadOptions& options) {
+  if (options.max_memory) set_max_memory(options.max_memory);
+  KILN_RETURN_IF_ERROR(check_memory(size, "engine '" + name + "' (copied from memory)"));
   // Copied once into 64-byte aligned storage: the weights blob's alignment is relative to the image start.
   auto copy = aligned_alloc_shared(size);
-  if (!copy) return Internal("out of memory loading engine '" + name + "'");
+  if (!copy) return ResourceExhausted("out of memory loading engine '" + name + "' (" + std::to_string(size) + " bytes)");
   if (size) std::memcpy(copy.get(), data, size);
   auto engine = std::shared_ptr<Engine>(new Engine());
-  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, *engine));
+  KILN_RETURN_IF_ERROR(load_engine_image(std::shared_ptr<const void>(copy), size, name, options, *engine));
+  KILN_RETURN_IF_ERROR(settle_image(copy.get(), size, name, options));
+  engine->image_ = std::move(copy);
   return engine;
 }
 

@@ -40,11 +40,30 @@ struct EngineInfo {
   StreamingSpec streaming;
 };
 
+// How an engine is loaded (docs/security.md says what is checked and what is trusted).
+struct LoadOptions {
+  // Plugin libraries the engine file may make kiln open. An engine records the libraries its
+  // plugins came from; one is opened only if the caller has loaded it already
+  // (PluginRegistry::load_library), lists it here (any path naming the same file), or it sits
+  // directly in one of `plugin_dirs`. Anything else fails the load naming the library: an engine
+  // file from elsewhere never makes kiln run code the caller did not choose.
+  std::vector<std::string> allowed_plugins;
+  std::vector<std::string> plugin_dirs;
+  // When nonzero, sets the process's memory cap (runtime/memory_budget.h) before loading.
+  uint64_t max_memory = 0;
+  // Touch every page of the weights at load, so no run takes their page faults.
+  bool prefault = true;
+  // mlock the engine image, and lock later allocations too (mlockall MCL_FUTURE): no page of a
+  // running model is swapped out. Failure (RLIMIT_MEMLOCK) is an error saying how to allow it.
+  bool lock_memory = false;
+};
+
 class Engine {
  public:
   // `name` names the engine in errors (the path for files).
-  static StatusOr<std::shared_ptr<Engine>> load_file(const std::string& path);
-  static StatusOr<std::shared_ptr<Engine>> load_memory(const void* data, size_t size, const std::string& name = "<memory>");
+  static StatusOr<std::shared_ptr<Engine>> load_file(const std::string& path, const LoadOptions& options = {});
+  static StatusOr<std::shared_ptr<Engine>> load_memory(const void* data, size_t size, const std::string& name = "<memory>",
+                                                       const LoadOptions& options = {});
 
   const EngineInfo& info() const { return info_; }
   const std::vector<ProfileInfo>& profiles() const { return profiles_; }
@@ -56,7 +75,9 @@ class Engine {
   StatusOr<std::unique_ptr<ExecutionContext>> create_context(const std::string& profile, bool prepare = false) const;
 
  private:
-  friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, Engine& out);
+  friend Status load_engine_image(std::shared_ptr<const void> image, size_t size, const std::string& name, const LoadOptions& options,
+                                  Engine& out);
+  std::shared_ptr<const void> image_;  // keeps the memory charge of a mapped file
   EngineInfo info_;
   std::vector<ProfileInfo> profiles_;
   std::vector<std::shared_ptr<const Plan>> plans_;

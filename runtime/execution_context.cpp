@@ -1,5 +1,7 @@
 #include "runtime/execution_context.h"
 
+#include "runtime/memory_budget.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -370,7 +372,7 @@ Status ExecutionContext::run() {
     if (!arena_valid_) release_dead_buffers(s);
   }
   if (!arena_valid_) {
-    plan_arena();
+    KILN_RETURN_IF_ERROR(plan_arena());
     // The per-value buffers of the unplanned run are no longer needed, except those backing the
     // outputs the caller is about to read; those go at the next run.
     planned_input_shapes_.clear();
@@ -410,7 +412,8 @@ Status ExecutionContext::prepare_for_profile() {
     zeros.clear();
     for (size_t i = 0; i < plan_->inputs.size(); ++i) {
       const PlanValue& pv = plan_->values[plan_->inputs[i]];
-      zeros.push_back(Tensor::zeros(pv.dtype, Shape(pv.*which)));
+      KILN_ASSIGN_OR_RETURN(Tensor z, Tensor::try_zeros(pv.dtype, Shape(pv.*which), "profile '" + plan_->profile + "' input '" + pv.name + "'"));
+      zeros.push_back(std::move(z));
       KILN_RETURN_IF_ERROR(set_input(i, zeros.back().view()));
     }
     KILN_RETURN_IF_ERROR(run());  // at new shapes: records them, plans the arena, prepares kernels
@@ -463,7 +466,7 @@ void ExecutionContext::place_concat_inputs() {
   }
 }
 
-void ExecutionContext::plan_arena() {
+Status ExecutionContext::plan_arena() {
   // Greedy best-fit by size: place each produced value at the lowest offset that does not overlap a
   // value whose lifetime [producer step, last use] intersects its own.
   struct Item { int value; int begin; int end; size_t size; };
@@ -525,12 +528,17 @@ void ExecutionContext::plan_arena() {
   };
   for (size_t v = 0; v < nv; ++v) resolve(static_cast<int>(v));
   if (total > arena_bytes_ || !arena_) {
+    const std::string what = "profile '" + (plan_->profile.empty() ? std::string("<none>") : plan_->profile) + "': the activation arena";
+    // The old arena is released first when the new one would not fit beside it under the cap.
+    if (arena_ && !check_memory(total, what).ok()) arena_.reset(), arena_bytes_ = 0;
+    KILN_RETURN_IF_ERROR(check_memory(total, what));
     auto arena = aligned_alloc_shared(total);
-    if (!arena) return;  // stays unplanned: the next run uses per-value buffers again
+    if (!arena) return ResourceExhausted(what + ": cannot allocate " + std::to_string(total) + " bytes");
     arena_ = std::move(arena);
     arena_bytes_ = total;
   }
   arena_valid_ = true;
+  return Status::Ok();
 }
 
 }  // namespace kiln

@@ -86,7 +86,7 @@ class ExecutionContext {
   // shapes make it a view: a Slice of one contiguous block, a Transpose moving only dims of 1.
   std::optional<int64_t> conditional_view_offset(const PlanStep& step, std::span<const TensorView> in,
                                                  const TensorDesc& out) const;
-  void plan_arena();
+  Status plan_arena();
   void place_concat_inputs();
   void release_dead_buffers(size_t s);
   Status check_named_dims() const;

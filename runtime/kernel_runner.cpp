@@ -9,7 +9,8 @@ StatusOr<std::vector<Tensor>> run_kernel_once(Kernel& kernel, std::span<const Te
   std::vector<TensorView> views;
   for (const auto& d : descs) {
     if (!dtype_is_known(d.dtype)) return Internal("kernel inferred no dtype for an output");
-    outs.push_back(Tensor::zeros(d.dtype, d.shape));
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(d.dtype, d.shape, "output " + std::to_string(outs.size())));
+    outs.push_back(std::move(t));
     views.push_back(outs.back().view());
   }
   KILN_RETURN_IF_ERROR(kernel.prepare(inputs, views));

@@ -1,5 +1,7 @@
 #include "runtime/tensor.h"
 
+#include "runtime/memory_budget.h"
+
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -36,11 +38,20 @@ std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
   const bool huge = rounded >= kHugePage;
   if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  // Counted against the memory cap (runtime/memory_budget.h); over it, no allocation is made.
+  if (!try_charge_memory(rounded)) return nullptr;
   void* p = std::aligned_alloc(huge ? kHugePage : kTensorAlignment, rounded);
-  if (!p) return nullptr;
+  if (!p) {
+    release_memory(rounded);
+    return nullptr;
+  }
   if (huge) ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+  // Zeroing also faults every page in now, at load or planning time, not in a later run.
   std::memset(p, 0, rounded);
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(p, [rounded](void* q) {
+    std::free(q);
+    release_memory(rounded);
+  });
 }
 
 Tensor Tensor::zeros(DType dtype, const Shape& shape) {
@@ -64,9 +75,13 @@ StatusOr<uint64_t> checked_nbytes(DType dtype, const Shape& shape, const std::st
 
 StatusOr<Tensor> Tensor::try_zeros(DType dtype, const Shape& shape, const std::string& what) {
   KILN_ASSIGN_OR_RETURN(uint64_t bytes, checked_nbytes(dtype, shape, what));
+  KILN_RETURN_IF_ERROR(check_memory(bytes, what + " (shape " + shape.str() + ")"));
   Tensor t;
   auto mem = aligned_alloc_shared(bytes);
-  if (!mem) return OutOfRange(what + ": cannot allocate " + std::to_string(bytes) + " bytes for shape " + shape.str());
+  if (!mem) {
+    KILN_RETURN_IF_ERROR(check_memory(bytes, what + " (shape " + shape.str() + ")"));
+    return ResourceExhausted(what + ": cannot allocate " + std::to_string(bytes) + " bytes for shape " + shape.str());
+  }
   t.view_.data = mem.get();
   t.storage_ = std::move(mem);
   t.view_.dtype = dtype;

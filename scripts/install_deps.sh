@@ -10,6 +10,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-torchvision python3-onnx libonnx-testdata
   # engine-perf: history in SQLite, JSON, its command line, file hashes; the dashboard's browser test
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libssl-dev chromium
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh
 )
 command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 missing=()

@@ -3,6 +3,8 @@
 //                [--record DB [--label NAME]] [--enforce-budget]
 #include <omp.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "builder/tactics/tactic_selection.h"
 #include "runtime/engine.h"
 #include "tools/omp_wait_policy.h"
+#include "tools/run_options.h"
 
 namespace kiln {
 namespace {
@@ -41,11 +44,14 @@ struct Args {
   bool bench = true;
   bool enforce_budget = false;
   std::vector<std::pair<std::string, std::string>> overrides;
+  RunOptions run;   // memory cap and scheduling; plugins come from the config's plugins: {load}
 };
 
 StatusOr<Args> parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
+    KILN_ASSIGN_OR_RETURN(bool consumed, parse_run_option(argc, argv, &i, &a.run));
+    if (consumed) continue;
     std::string s = argv[i];
     auto value = [&]() -> StatusOr<std::string> {
       if (i + 1 >= argc) return InvalidArgument(s + " needs a value");
@@ -63,7 +69,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
       if (eq == std::string::npos || eq == 0) return InvalidArgument("--set expects KEY=VALUE, got '" + kv + "'");
       a.overrides.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
     } else if (s == "-h" || s == "--help") {
-      std::cout << kUsage;
+      std::cout << kUsage << kRunOptionsHelp;
       std::exit(0);
     } else if (!s.empty() && s[0] == '-') {
       return InvalidArgument("unknown option '" + s + "'");
@@ -169,7 +175,7 @@ Status check_budgets(const std::vector<ProfileCheck>& checks, const StreamingRes
   return FailedPrecondition(missed + buf);
 }
 
-Status run(const Args& args) {
+Status run(Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const double start_time = history::unix_time_now();
   const history::LoadAverage load_before = history::read_load_average();
@@ -178,6 +184,11 @@ Status run(const Args& args) {
   if (args.enforce_budget) cfg.benchmark.enforce_budget = true;
   if (!cfg.history.db.empty() && !args.bench) return InvalidArgument("recording into a history needs the benchmark (drop --no-bench)");
   if (!args.output.empty()) cfg.output = args.output;
+  if (cfg.threads > 0 && args.run.pool.threads == 0) {
+    args.run.pool.threads = cfg.threads;
+    args.run.configure_pool = true;
+  }
+  KILN_RETURN_IF_ERROR(apply_run_options(&args.run, "engine-build"));
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   TimingCache cache;
   if (!cfg.timing_cache.empty()) {
@@ -185,12 +196,29 @@ Status run(const Args& args) {
     progress("timing cache " + cfg.timing_cache + ": " + std::to_string(cache.size()) + " entries");
   }
   TacticLog tactics;
+  // The engine is written beside its final name and moved there only once it has loaded back and
+  // passed every check: a failed build leaves the previous engine (if any) as it was, and no file.
+  const std::string final_output = cfg.output;
+  const std::filesystem::path out_path(final_output);
+  cfg.output = (out_path.parent_path() / ("." + out_path.filename().string() + ".building-" + std::to_string(::getpid()))).string();
+  struct RemoveUnlessKept {
+    std::string path;
+    ~RemoveUnlessKept() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } staging{cfg.output};
+  if (std::filesystem::is_directory(final_output)) return InvalidArgument("output '" + final_output + "' is a directory");
+  for (const std::string& theirs : {cfg.model, args.config}) {
+    std::error_code same_ec;
+    if (std::filesystem::equivalent(theirs, final_output, same_ec))
+      return InvalidArgument("output '" + final_output + "' is '" + theirs + "' itself; refusing to overwrite it");
+  }
   KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{}));
   if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   progress("loading " + built.engine_path + " back through the runtime loader");
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path));
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path, args.run.load));
   KILN_ASSIGN_OR_RETURN(auto checks, check_engine(*engine, built, cfg, args.bench, progress));
   for (const auto& c : checks) {
     std::string pts;
@@ -218,6 +246,11 @@ Status run(const Args& args) {
     streaming_result = streaming;
   }
 
+  std::error_code ec;
+  std::filesystem::rename(built.engine_path, final_output, ec);
+  if (ec) return IoError("cannot move the engine to '" + final_output + "': " + ec.message());
+  staging.path.clear();
+  built.engine_path = final_output;
   const std::string report = args.report.empty() ? built.engine_path + ".report.json" : args.report;
   // What the report gains for the history: when, from what and where (history/provenance.h).
   const auto prov_t0 = std::chrono::steady_clock::now();

@@ -12,6 +12,8 @@
 // An ONNX model gets the same tactic selection as engine-build (each multi-kernel step timed at the
 // given inputs' shapes, the fastest kept), so it runs the kernels an engine built for those shapes
 // would; --no-tactics keeps every op's highest-priority kernel.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -26,11 +28,13 @@
 #include "profiles/latency_stats.h"
 #include "profiles/layer_profile.h"
 #include "builder/tactics/tactic_selection.h"
+#include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "tools/npy_io.h"
 #include "tools/omp_wait_policy.h"
+#include "tools/run_options.h"
 #include "tools/stream_run.h"
 
 namespace kiln {
@@ -66,11 +70,14 @@ struct Args {
   std::string stream;          // folder of per-step input folders
   bool inspect = false;
   bool tactics = true;         // ONNX models: time the kernels of multi-kernel steps
+  RunOptions run;              // plugins allowed, memory cap, scheduling
 };
 
 StatusOr<Args> parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
+    KILN_ASSIGN_OR_RETURN(bool consumed, parse_run_option(argc, argv, &i, &a.run));
+    if (consumed) continue;
     std::string s = argv[i];
     auto need = [&](const char* flag) -> StatusOr<std::string> {
       if (i + 1 >= argc) return InvalidArgument(std::string(flag) + " needs a value");
@@ -92,7 +99,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
       if (*end || n < 1 || n > 10000000) return InvalidArgument("--iterations must be a positive integer, got '" + v + "'");
       a.iterations = static_cast<int>(n);
     } else if (s == "-h" || s == "--help") {
-      std::cout << kUsage;
+      std::cout << kUsage << kRunOptionsHelp;
       std::exit(0);
     } else if (!s.empty() && s[0] == '-') {
       return InvalidArgument("unknown option '" + s + "'");
@@ -161,9 +168,9 @@ std::string shape_or_range(const BindingInfo& b) {
   return s + "]  (min..opt..max)";
 }
 
-Status inspect(const std::string& path) {
+Status inspect(const std::string& path, const LoadOptions& load) {
   const auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(path));
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(path, load));
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const EngineInfo& info = engine->info();
   std::printf("engine: %s\n  format version %u, produced by %s, loaded in %.1f ms\n", path.c_str(), info.format_version,
@@ -200,7 +207,7 @@ Status inspect(const std::string& path) {
 Status run_context(ExecutionContext& ctx, const Args& args);
 
 Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs) {
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.model));
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(args.model, args.run.load));
   std::string profile = args.profile;
   if (profile.empty()) {
     if (engine->profiles().size() != 1) {
@@ -217,9 +224,13 @@ Status run_engine(const Args& args, const std::map<std::string, Tensor>& inputs)
   return run_context(*ctx, args);
 }
 
-Status run(const Args& args) {
-  if (args.inspect) return inspect(args.model);
-  if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir);
+Status run(Args& args) {
+  KILN_RETURN_IF_ERROR(apply_run_options(&args.run, "engine-run"));
+  // The libraries named with --plugin are the caller's choice: loaded up front (an ONNX model's
+  // custom ops need them; an engine's recorded libraries must be among them).
+  for (const auto& lib : args.run.load.allowed_plugins) KILN_RETURN_IF_ERROR(PluginRegistry::global().load_library(lib));
+  if (args.inspect) return inspect(args.model, args.run.load);
+  if (!args.stream.empty()) return run_stream(args.model, args.stream, args.output_dir, args.run.load);
   std::map<std::string, Tensor> inputs;
   for (const auto& spec : args.inputs) {
     KILN_ASSIGN_OR_RETURN(auto named, load_input(spec));
@@ -261,6 +272,42 @@ Status run(const Args& args) {
   return run_context(*ctx, args);
 }
 
+// Writes every output, or none: each goes to a temporary beside it and all are renamed into place
+// once all are written. An output that would replace the model or an input file is an error
+// before anything is written.
+Status write_outputs(const Args& args, const std::vector<std::pair<std::string, TensorView>>& outs) {
+  std::vector<std::string> theirs{args.model};
+  for (const auto& spec : args.inputs) {
+    const size_t eq = spec.find('=');
+    theirs.push_back(eq != std::string::npos && !std::filesystem::exists(spec) ? spec.substr(eq + 1) : spec);
+  }
+  for (const auto& [path, view] : outs)
+    for (const auto& t : theirs) {
+      std::error_code ec;
+      if (std::filesystem::equivalent(path, t, ec))
+        return InvalidArgument("output '" + path + "' would overwrite the input '" + t + "'; choose another --output-dir");
+    }
+  std::error_code ec;
+  const bool made_dir = !std::filesystem::exists(args.output_dir);
+  std::filesystem::create_directories(args.output_dir, ec);
+  if (ec) return IoError("cannot create output directory '" + args.output_dir + "': " + ec.message());
+  std::vector<std::string> temps;
+  auto undo = [&](Status st) {
+    for (const auto& t : temps) ::unlink(t.c_str());
+    if (made_dir) std::filesystem::remove(args.output_dir, ec);
+    return st;
+  };
+  for (const auto& [path, view] : outs) {
+    temps.push_back(path + ".tmp-" + std::to_string(::getpid()));
+    if (Status st = write_npy(temps.back(), view); !st.ok()) return undo(st);
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    std::filesystem::rename(temps[i], outs[i].first, ec);
+    if (ec) return undo(IoError("cannot write '" + outs[i].first + "': " + ec.message()));
+  }
+  return Status::Ok();
+}
+
 Status run_context(ExecutionContext& c, const Args& args) {
   ExecutionContext* ctx = &c;
   KILN_RETURN_IF_ERROR(ctx->run());
@@ -297,13 +344,10 @@ Status run_context(ExecutionContext& c, const Args& args) {
                 args.profile_layers.c_str());
   }
   if (!args.output_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(args.output_dir, ec);
-    if (ec) return IoError("cannot create output directory '" + args.output_dir + "': " + ec.message());
-    for (size_t i = 0; i < ctx->num_outputs(); ++i) {
-      const std::string path = (std::filesystem::path(args.output_dir) / (sanitize_file_name(ctx->output_name(i)) + ".npy")).string();
-      KILN_RETURN_IF_ERROR(write_npy(path, ctx->output(i)));
-    }
+    std::vector<std::pair<std::string, TensorView>> outs;
+    for (size_t i = 0; i < ctx->num_outputs(); ++i)
+      outs.emplace_back((std::filesystem::path(args.output_dir) / (sanitize_file_name(ctx->output_name(i)) + ".npy")).string(), ctx->output(i));
+    KILN_RETURN_IF_ERROR(write_outputs(args, outs));
   }
   return Status::Ok();
 }

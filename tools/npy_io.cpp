@@ -2,7 +2,7 @@
 
 #include <cstring>
 #include <fstream>
-#include <regex>
+#include <algorithm>
 
 namespace kiln {
 
@@ -38,13 +38,122 @@ std::string descr_of(DType dt) {
 
 }  // namespace
 
+namespace {
+
+// The .npy header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }.
+// Parsed by hand, bounded by the header's length: no regex (std::regex recurses per character and
+// overflows the stack on a long header), every number checked before it is used.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  Shape shape;
+};
+
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& h, const std::string& path) : h_(h), path_(path) {}
+
+  StatusOr<NpyHeader> parse() {
+    NpyHeader out;
+    bool have_descr = false, have_order = false, have_shape = false;
+    skip_space();
+    if (!eat('{')) return bad("the header is not a dict");
+    for (;;) {
+      skip_space();
+      if (eat('}')) break;
+      std::string key;
+      KILN_RETURN_IF_ERROR(quoted(&key));
+      skip_space();
+      if (!eat(':')) return bad("expected ':' after '" + key + "'");
+      skip_space();
+      if (key == "descr") {
+        KILN_RETURN_IF_ERROR(quoted(&out.descr));
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (word("True")) out.fortran = true;
+        else if (word("False")) out.fortran = false;
+        else return bad("fortran_order is neither True nor False");
+        have_order = true;
+      } else if (key == "shape") {
+        KILN_RETURN_IF_ERROR(shape(&out.shape));
+        have_shape = true;
+      } else {
+        return bad("unknown header key '" + key + "'");
+      }
+      skip_space();
+      if (eat(',')) continue;
+      skip_space();
+      if (eat('}')) break;
+      return bad("expected ',' or '}' after '" + key + "'");
+    }
+    if (!have_descr) return bad("no 'descr'");
+    if (!have_order) return bad("no 'fortran_order'");
+    if (!have_shape) return bad("no 'shape'");
+    return out;
+  }
+
+ private:
+  Status bad(const std::string& what) const {
+    return DataLoss("'" + path_ + "': malformed .npy header at byte " + std::to_string(i_) + ": " + what);
+  }
+  void skip_space() {
+    while (i_ < h_.size() && (h_[i_] == ' ' || h_[i_] == '\t' || h_[i_] == '\n')) ++i_;
+  }
+  bool eat(char c) {
+    if (i_ < h_.size() && h_[i_] == c) return ++i_, true;
+    return false;
+  }
+  bool word(const char* w) {
+    const size_t n = std::strlen(w);
+    if (h_.compare(i_, n, w) == 0) return i_ += n, true;
+    return false;
+  }
+  Status quoted(std::string* out) {
+    if (i_ >= h_.size() || (h_[i_] != '\'' && h_[i_] != '"')) return bad("expected a quoted string");
+    const char q = h_[i_++];
+    const size_t end = h_.find(q, i_);
+    if (end == std::string::npos || end - i_ > 64) return bad("unterminated or overlong string");
+    *out = h_.substr(i_, end - i_);
+    i_ = end + 1;
+    return Status::Ok();
+  }
+  Status shape(Shape* out) {
+    if (!eat('(')) return bad("shape is not a tuple");
+    for (;;) {
+      skip_space();
+      if (eat(')')) return Status::Ok();
+      if (i_ >= h_.size() || h_[i_] < '0' || h_[i_] > '9') return bad("shape holds something other than a non-negative integer");
+      uint64_t v = 0;
+      while (i_ < h_.size() && h_[i_] >= '0' && h_[i_] <= '9') {
+        if (v > (uint64_t{1} << 62) / 10) return bad("a shape dim does not fit 64 bits");
+        v = v * 10 + static_cast<uint64_t>(h_[i_++] - '0');
+      }
+      if (out->rank() >= kMaxRank) return bad("rank above " + std::to_string(kMaxRank) + " is not supported");
+      out->push_back(static_cast<int64_t>(v));
+      skip_space();
+      if (eat(')')) return Status::Ok();
+      if (!eat(',')) return bad("expected ',' or ')' in the shape");
+    }
+  }
+
+  const std::string& h_;
+  const std::string& path_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
 StatusOr<Tensor> read_npy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return IoError("cannot open '" + path + "'");
+  f.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(std::max<std::streamoff>(0, f.tellg()));
+  f.seekg(0, std::ios::beg);
   char magic[8];
   if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) return DataLoss("'" + path + "' is not a .npy file (bad magic)");
   const int major = static_cast<unsigned char>(magic[6]);
   uint32_t header_len = 0;
+  uint64_t prefix = 10;
   if (major == 1) {
     unsigned char b[2];
     if (!f.read(reinterpret_cast<char*>(b), 2)) return DataLoss("'" + path + "' is truncated in its header");
@@ -53,28 +162,27 @@ StatusOr<Tensor> read_npy(const std::string& path) {
     unsigned char b[4];
     if (!f.read(reinterpret_cast<char*>(b), 4)) return DataLoss("'" + path + "' is truncated in its header");
     header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+    prefix = 12;
   } else {
     return Unimplemented("'" + path + "': .npy format version " + std::to_string(major) + " is not supported");
   }
-  if (header_len > (1u << 20)) return DataLoss("'" + path + "' has an implausible header length " + std::to_string(header_len));
+  if (header_len > (1u << 16) || prefix + header_len > file_size)
+    return DataLoss("'" + path + "' claims a header of " + std::to_string(header_len) + " bytes in a file of " + std::to_string(file_size));
   std::string header(header_len, '\0');
   if (!f.read(header.data(), header_len)) return DataLoss("'" + path + "' is truncated in its header");
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr'\\s*:\\s*'([^']*)'"))) return DataLoss("'" + path + "': header has no descr");
-  KILN_ASSIGN_OR_RETURN(DType dt, dtype_from_descr(m[1].str(), path));
-  if (!std::regex_search(header, m, std::regex("'fortran_order'\\s*:\\s*(True|False)"))) return DataLoss("'" + path + "': header has no fortran_order");
-  if (m[1].str() == "True") return Unimplemented("'" + path + "': Fortran-order arrays are not supported; save with C order");
-  if (!std::regex_search(header, m, std::regex("'shape'\\s*:\\s*\\(([^)]*)\\)"))) return DataLoss("'" + path + "': header has no shape");
-  Shape shape;
-  std::string dims = m[1].str();
-  std::regex num("\\d+");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
-    if (shape.rank() >= kMaxRank) return Unimplemented("'" + path + "': rank above 8 is not supported");
-    shape.push_back(std::stoll(it->str()));
-  }
-  Tensor t = Tensor::zeros(dt, shape);
-  if (t.nbytes() && !f.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.nbytes())))
-    return DataLoss("'" + path + "' is truncated: shape " + shape.str() + " of " + dtype_name(dt) + " needs " + std::to_string(t.nbytes()) + " data bytes");
+  KILN_ASSIGN_OR_RETURN(NpyHeader h, HeaderParser(header, path).parse());
+  KILN_ASSIGN_OR_RETURN(DType dt, dtype_from_descr(h.descr, path));
+  if (h.fortran) return Unimplemented("'" + path + "': Fortran-order arrays are not supported; save with C order");
+  // The data size is checked against the file before anything is allocated: a header may claim
+  // any shape.
+  KILN_ASSIGN_OR_RETURN(uint64_t bytes, checked_nbytes(dt, h.shape, "'" + path + "'"));
+  const uint64_t have = file_size - prefix - header_len;
+  if (bytes > have)
+    return DataLoss("'" + path + "' is truncated: shape " + h.shape.str() + " of " + dtype_name(dt) + " needs " + std::to_string(bytes) +
+                    " data bytes, the file has " + std::to_string(have));
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::try_zeros(dt, h.shape, "'" + path + "'"));
+  if (bytes && !f.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(bytes)))
+    return DataLoss("'" + path + "' is truncated: shape " + h.shape.str() + " of " + dtype_name(dt) + " needs " + std::to_string(bytes) + " data bytes");
   return t;
 }
 

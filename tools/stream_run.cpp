@@ -13,8 +13,8 @@ namespace kiln {
 
 namespace fs = std::filesystem;
 
-Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir) {
-  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(engine_path));
+Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir, const LoadOptions& load) {
+  KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(engine_path, load));
   if (!engine->info().has_streaming)
     return FailedPrecondition("engine '" + engine_path + "' records no streaming section; build it from a config with `streaming:`");
   std::error_code ec;

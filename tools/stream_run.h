@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "runtime/engine.h"
 #include "runtime/status.h"
 
 namespace kiln {
@@ -12,6 +13,6 @@ namespace kiln {
 // with NAME.npy for every per-step input (not the state inputs, not a session-generated mask).
 // Writes OUT/<step>/<output>.npy for every output, state outputs included (their full contents
 // after the step), and prints one line per step.
-Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir);
+Status run_stream(const std::string& engine_path, const std::string& dir, const std::string& out_dir, const LoadOptions& load);
 
 }  // namespace kiln

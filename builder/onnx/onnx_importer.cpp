@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
@@ -110,13 +111,16 @@ StatusOr<Graph> import_onnx_model(const onnx::ModelProto& model, const std::stri
   if (gp.sparse_initializer_size() > 0) return Unimplemented(source + ": sparse initializers are not supported");
   for (const auto& init : gp.initializer()) {
     if (init.name().empty()) return InvalidArgument(source + ": an initializer has no name");
+    if (g.find_value(init.name()) >= 0) return InvalidArgument(source + ": initializer '" + init.name() + "' is defined twice");
     KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(init, base_dir, source + ": initializer '" + init.name() + "'"));
     const int id = g.add_value(init.name());
     g.values[id].dtype = t.dtype();
     g.values[id].shape = from_shape(t.shape());
     g.values[id].constant = std::move(t);
   }
+  std::set<std::string> input_names;
   for (const auto& in : gp.input()) {
+    if (!input_names.insert(in.name()).second) return InvalidArgument(source + ": input '" + in.name() + "' is listed twice");
     if (g.find_value(in.name()) >= 0) continue;  // an input with an initializer is a constant (overridable in ONNX; not here)
     const int id = g.add_value(in.name());
     KILN_RETURN_IF_ERROR(read_type(in.type(), g.values[id], source + ": input '" + in.name() + "'"));

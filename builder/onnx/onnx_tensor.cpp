@@ -17,7 +17,7 @@ StatusOr<std::string> read_file_range(const std::string& path, int64_t offset, i
   const int64_t size = f.tellg();
   if (offset < 0 || offset > size) return DataLoss("external data offset " + std::to_string(offset) + " is beyond the end of '" + path + "'");
   if (length < 0) length = size - offset;
-  if (offset + length > size)
+  if (length > size - offset)
     return DataLoss("external data range [" + std::to_string(offset) + ", +" + std::to_string(length) + ") is beyond the end of '" + path + "' (" + std::to_string(size) + " bytes)");
   std::string buf(static_cast<size_t>(length), '\0');
   f.seekg(offset);
@@ -46,10 +46,12 @@ StatusOr<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string
     if (p.dims(i) < 0) return DataLoss(what + ": negative dim " + std::to_string(p.dims(i)) + " at axis " + std::to_string(i));
     shape.push_back(p.dims(i));
   }
+  // Every size the file claims is checked (overflow, the cap, and against the bytes actually
+  // present) before the tensor is allocated.
+  KILN_ASSIGN_OR_RETURN(const uint64_t nbytes, checked_nbytes(dt, shape, what));
   const int64_t n = shape.numel();
   const size_t esize = dtype_size(dt);
-  if (n > (int64_t{1} << 40) / static_cast<int64_t>(esize)) return DataLoss(what + ": implausible size " + shape.str());
-  Tensor t = Tensor::zeros(dt, shape);
+  auto allocate = [&]() { return Tensor::try_zeros(dt, shape, what); };
 
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
@@ -67,20 +69,34 @@ StatusOr<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string
     if (location.empty()) return DataLoss(what + ": external data without a location");
     if (location.find("..") != std::string::npos || std::filesystem::path(location).is_absolute())
       return InvalidArgument(what + ": external data location '" + location + "' must be a relative path inside the model's folder");
-    auto read = read_file_range((std::filesystem::path(base_dir) / location).string(), offset, length);
+    if (length >= 0 && static_cast<uint64_t>(length) != nbytes)
+      return DataLoss(what + ": external data '" + location + "' length " + std::to_string(length) + " bytes, shape " + shape.str() + " needs " +
+                      std::to_string(nbytes));
+    auto read = read_file_range((std::filesystem::path(base_dir) / location).string(), offset, static_cast<int64_t>(nbytes));
     if (!read.ok()) return read.status().with_context(what);
     const std::string& bytes = *read;
-    if (bytes.size() != t.nbytes())
-      return DataLoss(what + ": external data has " + std::to_string(bytes.size()) + " bytes, shape " + shape.str() + " needs " + std::to_string(t.nbytes()));
+    KILN_ASSIGN_OR_RETURN(Tensor t, allocate());
     if (!bytes.empty()) std::memcpy(t.data(), bytes.data(), bytes.size());
     return t;
   }
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != t.nbytes())
-      return DataLoss(what + ": raw_data has " + std::to_string(p.raw_data().size()) + " bytes, shape " + shape.str() + " of " + dtype_name(dt) + " needs " + std::to_string(t.nbytes()));
-    if (t.nbytes()) std::memcpy(t.data(), p.raw_data().data(), t.nbytes());
+    if (p.raw_data().size() != nbytes)
+      return DataLoss(what + ": raw_data has " + std::to_string(p.raw_data().size()) + " bytes, shape " + shape.str() + " of " + dtype_name(dt) + " needs " + std::to_string(nbytes));
+    KILN_ASSIGN_OR_RETURN(Tensor t, allocate());
+    if (nbytes) std::memcpy(t.data(), p.raw_data().data(), nbytes);
     return t;
   }
+  // Typed fields: their element count must match before anything is allocated.
+  int64_t have = 0;
+  switch (dt) {
+    case DType::kFloat32: have = p.float_data_size(); break;
+    case DType::kFloat64: have = p.double_data_size(); break;
+    case DType::kInt64: have = p.int64_data_size(); break;
+    case DType::kUInt32: case DType::kUInt64: have = p.uint64_data_size(); break;
+    default: have = p.int32_data_size(); break;
+  }
+  if (have != n) return DataLoss(what + " has " + std::to_string(have) + " values, its shape " + shape.str() + " needs " + std::to_string(n));
+  KILN_ASSIGN_OR_RETURN(Tensor t, allocate());
   char* dst = static_cast<char*>(t.data());
   switch (dt) {
     case DType::kFloat32:

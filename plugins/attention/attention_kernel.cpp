@@ -11,6 +11,8 @@
 
 #include "plugins/attention/attention_tiles.h"
 #include "runtime/cpu_features.h"
+// A built-in plugin shares kiln's thread pool (external libraries see only plugin_api.h).
+#include "runtime/thread_pool.h"
 
 // The driver: splits the work over (batch, head, query tile), walks key tiles, skips fully
 // masked ones, applies masks and normalizes; the tile compute is attention_tiles_*.cpp, chosen
@@ -578,73 +580,76 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
       r.split = g.Sc;
       return r;
     };
-    const int threads = static_cast<int>(std::min<int64_t>({slots, omp_get_max_threads(), work}));
-    // Whole heads per thread, key tiles outer (head_stationary), where each thread gets the same
-    // number of heads (checked in the team) and the workspace has a scratch per query tile.
+    // kiln's pool (runtime/thread_pool.h): every phase is a loop of independent items that the
+    // threads claim one at a time, so a thread whose core is busy holds back no other. A thread's
+    // scratch is its slot's; the workspace has `slots` of them.
+    ThreadPool& pool = ThreadPool::global();
+    // Whole heads per item, key tiles outer (head_stationary), where the workspace has a scratch
+    // per query tile.
     const bool stationary = uses_stationary_heads(ops, g, tiling, head > 0);
     const size_t per_slot = static_cast<size_t>(stationary_slots(g));
-#pragma omp parallel num_threads(threads)
-    {
-      if (head) {
-#pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
+    if (head) {
+      pool.parallel_for(g.B * g.H, 1, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t bh = b0; bh < b1; ++bh) {
           char* dst = packed + 2 * head * static_cast<size_t>(bh);
-          ops.pack_head(head_rows(0, bh / g.H, bh % g.H), head_rows(1, bh / g.H, bh % g.H), g.Sk_total(), g.Dh, dst,
-                        dst + head);
+          ops.pack_head(head_rows(0, bh / g.H, bh % g.H), head_rows(1, bh / g.H, bh % g.H), g.Sk_total(), g.Dh, dst, dst + head);
         }
-      }
-      if (summarized) {
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < plane_b * plane_h * q_tiles; ++t) {
+      }, slots);
+    }
+    if (summarized) {
+      pool.parallel_for(plane_b * plane_h * q_tiles, 1, [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
           const int64_t b = t / q_tiles / plane_h, h = t / q_tiles % plane_h, qt = t % q_tiles;
           const bool* plane = in[kMask].as<const bool>() + b * g.mask_stride[0] + h * g.mask_stride[1];
           classify_tiles(plane, g, tiling.lane_begin(qt), tiling.rows(qt), ops.key_tile, classes(b, h, qt));
         }
+      }, slots);
+    }
+    auto problem = [&](int64_t b, int64_t h) {
+      const int64_t bh = b * g.H + h;
+      Problem pr;
+      pr.p = &p;
+      pr.g = &g;
+      pr.q = in[kQ].as<const float>() + b * qs.batch + h * qs.head;
+      pr.q_row = qs.row;
+      pr.out = out[0].as<float>() + b * qs.batch + h * qs.head;
+      pr.out_row = qs.row;
+      const HeadRows kr = head_rows(0, b, h), vr = head_rows(1, b, h);
+      pr.k[0] = kr.base[0];
+      pr.k[1] = kr.base[1];
+      pr.v[0] = vr.base[0];
+      pr.v[1] = vr.base[1];
+      pr.kv_row[0] = cs.row;
+      pr.kv_row[1] = ks.row;
+      pr.kpacked = head ? packed + 2 * head * static_cast<size_t>(bh) : nullptr;
+      pr.vpacked = head ? packed + 2 * head * static_cast<size_t>(bh) + head : nullptr;
+      pr.mask = nullptr;
+      if (p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive) {
+        const int64_t off = b * g.mask_stride[0] + h * g.mask_stride[1];
+        pr.mask = p.mask == MaskKind::kBool ? static_cast<const void*>(in[kMask].as<const bool>() + off)
+                                            : static_cast<const void*>(in[kMask].as<const float>() + off);
       }
-      auto problem = [&](int64_t b, int64_t h) {
-        const int64_t bh = b * g.H + h;
-        Problem pr;
-        pr.p = &p;
-        pr.g = &g;
-        pr.q = in[kQ].as<const float>() + b * qs.batch + h * qs.head;
-        pr.q_row = qs.row;
-        pr.out = out[0].as<float>() + b * qs.batch + h * qs.head;
-        pr.out_row = qs.row;
-        const HeadRows kr = head_rows(0, b, h), vr = head_rows(1, b, h);
-        pr.k[0] = kr.base[0];
-        pr.k[1] = kr.base[1];
-        pr.v[0] = vr.base[0];
-        pr.v[1] = vr.base[1];
-        pr.kv_row[0] = cs.row;
-        pr.kv_row[1] = ks.row;
-        pr.kpacked = head ? packed + 2 * head * static_cast<size_t>(bh) : nullptr;
-        pr.vpacked = head ? packed + 2 * head * static_cast<size_t>(bh) + head : nullptr;
-        pr.mask = nullptr;
-        if (p.mask == MaskKind::kBool || p.mask == MaskKind::kAdditive) {
-          const int64_t off = b * g.mask_stride[0] + h * g.mask_stride[1];
-          pr.mask = p.mask == MaskKind::kBool ? static_cast<const void*>(in[kMask].as<const bool>() + off)
-                                              : static_cast<const void*>(in[kMask].as<const float>() + off);
-        }
-        return pr;
-      };
-      char* slot = base + stride * per_slot * static_cast<size_t>(omp_get_thread_num());
-      if (stationary && (g.B * g.H) % omp_get_num_threads() == 0) {
+      return pr;
+    };
+    auto slot_base = [&](int slot) { return base + stride * per_slot * static_cast<size_t>(slot); };
+    if (stationary && g.B * g.H >= std::min<int64_t>(slots, pool.max_threads())) {
+      pool.parallel_for(g.B * g.H, 1, [&](int64_t b0, int64_t b1, int slot) {
         Scratch sc[kMaxStationaryTiles + 1];
-        for (int64_t t = 0; t <= q_tiles; ++t) sc[t] = carve_scratch(slot + stride * t, g.Dh);
-#pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < g.B * g.H; ++bh) {
+        for (int64_t t = 0; t <= q_tiles; ++t) sc[t] = carve_scratch(slot_base(slot) + stride * t, g.Dh);
+        for (int64_t bh = b0; bh < b1; ++bh) {
           const int64_t b = bh / g.H, h = bh % g.H;
           const uint8_t* cls[kMaxStationaryTiles];
           for (int64_t t = 0; t < q_tiles; ++t) cls[t] = summarized ? classes(b, h, t) : nullptr;
           head_stationary(problem(b, h), ops, sc, tiling, cls);
         }
-      } else {
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t w = 0; w < work; ++w) {
+      }, slots);
+    } else {
+      pool.parallel_for(work, 1, [&](int64_t w0, int64_t w1, int slot) {
+        for (int64_t w = w0; w < w1; ++w) {
           const int64_t bh = w / q_tiles, b = bh / g.H, h = bh % g.H, qt = w % q_tiles;
-          query_tile(problem(b, h), ops, carve_scratch(slot, g.Dh), tiling, qt, summarized ? classes(b, h, qt) : nullptr);
+          query_tile(problem(b, h), ops, carve_scratch(slot_base(slot), g.Dh), tiling, qt, summarized ? classes(b, h, qt) : nullptr);
         }
-      }
+      }, slots);
     }
   }
   if (p.kv_cache) append_kv(p, g, in, out);

@@ -1,6 +1,6 @@
 #include "plugins/attention/attention_plugin.h"
 
-#include <omp.h>
+#include "runtime/thread_pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -102,7 +102,7 @@ class AttentionRun final : public PluginRun {
 
 class AttentionBuild final : public PluginBuild {
  public:
-  explicit AttentionBuild(Params p) : p_(p), slots_(std::max(1, omp_get_max_threads())) {}
+  explicit AttentionBuild(Params p) : p_(p), slots_(std::max(1, ThreadPool::global().max_threads())) {}
 
   int num_outputs() const noexcept override { return attention::num_outputs(p_); }
 

@@ -19,6 +19,7 @@
 
 #include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -225,11 +226,10 @@ void for_each_run(const LoopPlan& p, int64_t total, F&& fn) {
   const int64_t block = rows >= 64 ? inner : std::min(inner, std::max<int64_t>(4096, (total + 63) / 64 / rows));
   const int64_t per_row = (inner + block - 1) / block;
   const int64_t items = rows * per_row;
-#pragma omp parallel for schedule(static)
-  for (int64_t it = 0; it < items; ++it) {
+  parallel_for_each(items, LoopCost{12.0 * static_cast<double>(total) / static_cast<double>(items), 0}, [&](int64_t it) {
     const int64_t row = it / per_row, start = (it % per_row) * block;
     body(row, start, std::min(block, inner - start));
-  }
+  });
 }
 
 // One contiguous run of a binary op: out[i] = op(a[i*sa], b[i*sb]) with sa, sb in {0, 1}.
@@ -269,8 +269,10 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
 template <typename T, typename O, typename Op>
 void unary_apply(const T* x, O* y, int64_t n, const Op& op) {
   if (n > kParallelThreshold) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = store_as<O>(op(Elem<T>::load(x[i])));
+    ThreadPool::global().parallel_for(n, int64_t{4096}, [&](int64_t b, int64_t e, int) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) y[i] = store_as<O>(op(Elem<T>::load(x[i])));
+    });
   } else {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = store_as<O>(op(Elem<T>::load(x[i])));

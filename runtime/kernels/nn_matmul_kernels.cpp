@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -100,8 +101,7 @@ class MatMulKernel final : public Kernel {
       const T* b = in[1].as<T>();
       T* y = out[0].as<T>();
       const int64_t rows = d.batch.numel() * d.M;
-#pragma omp parallel for schedule(static) if (rows * d.K * d.N > 32768)
-      for (int64_t r = 0; r < rows; ++r) {
+      parallel_for_each(rows, LoopCost{4.0 * static_cast<double>(d.K + d.K * d.N + d.N), 2.0 * static_cast<double>(d.K * d.N)}, [&](int64_t r) {
         const int64_t bi = r / d.M, m = r % d.M;
         int64_t ao, bo;
         batch_offsets(bi, d, &ao, &bo);
@@ -114,7 +114,7 @@ class MatMulKernel final : public Kernel {
           const T* brow = bm + k * d.N;
           for (int64_t n = 0; n < d.N; ++n) yrow[n] += av * brow[n];
         }
-      }
+      });
       return Status::Ok();
     });
   }
@@ -170,8 +170,7 @@ class GemmKernel final : public Kernel {
       const T* c = has_c ? in[2].as<T>() : nullptr;
       T* y = out[0].as<T>();
       const Acc alpha = static_cast<Acc>(alpha_), beta = static_cast<Acc>(beta_);
-#pragma omp parallel for schedule(static) if (M * N * K > 32768)
-      for (int64_t m = 0; m < M; ++m) {
+      parallel_for_each(M, LoopCost{4.0 * static_cast<double>(K + K * N + N), 2.0 * static_cast<double>(K * N)}, [&](int64_t m) {
         T* yrow = y + m * N;
         for (int64_t n = 0; n < N; ++n) yrow[n] = T(0);
         for (int64_t k = 0; k < K; ++k) {
@@ -184,7 +183,7 @@ class GemmKernel final : public Kernel {
           if (c) v += beta * static_cast<Acc>(c[m * cs[0] + n * cs[1]]);
           yrow[n] = static_cast<T>(v);
         }
-      }
+      });
       return Status::Ok();
     });
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -172,8 +173,7 @@ class LayerNormKernel final : public Kernel {
                 float* inv_out) const {
     const int64_t rows = rows_, cols = cols_;
     const double eps = epsilon_;
-#pragma omp parallel for schedule(static) if (rows * cols > 16384)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for_each(rows, LoopCost{8.0 * static_cast<double>(cols), 6.0 * static_cast<double>(cols)}, [&](int64_t r) {
       const float* xr = x + r * cols;
       float* yr = y + r * cols;
       const float shift = cols ? xr[0] : 0.0f;
@@ -200,7 +200,7 @@ class LayerNormKernel final : public Kernel {
       }
       if (mean_out) mean_out[r] = m;
       if (inv_out) inv_out[r] = fi;
-    }
+    });
   }
 
   int64_t param_offset(int64_t i, const Shape& strides) const {

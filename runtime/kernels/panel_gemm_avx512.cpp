@@ -11,6 +11,7 @@
 #include "runtime/cpu_features.h"
 #include "runtime/kernels/panel_gemm.h"
 #include "runtime/simd/vec_avx512.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln::panel_gemm {
 
@@ -210,18 +211,24 @@ void run_thread(const Args& g, const Split& s, int t) {
 
 void run(const Args& g, int threads) {
   if (g.M <= 0 || g.N <= 0 || g.K <= 0) return;
-  const int wanted = split_work(g, threads).threads;
-  if (wanted <= 1) {
+  ThreadPool& pool = ThreadPool::global();
+  // The cut is made for the threads the pool can offer now (a helper benched as late, or a
+  // region already running, leaves the caller alone), then dealt in twice as many contiguous runs
+  // as threads: a thread that falls behind (its core is shared) leaves runs to the others, and
+  // each run still walks its panels in memory order with its next panel prefetched.
+  const int team = ThreadPool::in_region() ? 1 : static_cast<int>(imin(threads, pool.available_threads()));
+  Split s = split_work(g, team);
+  // Weights streamed from memory and the multiply-adds: what one thread would spend.
+  const double M = static_cast<double>(g.M), N = static_cast<double>(g.N), K = static_cast<double>(g.K);
+  const LoopCost cost{4 * (K * N + M * K + M * N), 2 * M * N * K};
+  if (s.threads <= 1 || !pool.worth_a_region(2, LoopCost{cost.bytes / 2, cost.flops / 2})) {
     run_thread(g, split_work(g, 1), 0);
     return;
   }
-  // The team may be smaller than asked for (nested inside another parallel region, a thread
-  // limit): the work is cut for the team there is.
-#pragma omp parallel num_threads(wanted)
-  {
-    const Split s = split_work(g, omp_get_num_threads());
-    if (omp_get_thread_num() < s.threads) run_thread(g, s, omp_get_thread_num());
-  }
+  s.threads = static_cast<int>(imin(s.units, 2 * static_cast<int64_t>(s.threads)));
+  pool.parallel_for(s.threads, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t t = b; t < e; ++t) run_thread(g, s, static_cast<int>(t));
+  });
 }
 
 }  // namespace kiln::panel_gemm

@@ -6,14 +6,13 @@
 #include <limits>
 
 #include "runtime/kernels/tensor_util.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
 namespace {
 
 using KernelOr = StatusOr<std::unique_ptr<Kernel>>;
-
-constexpr int64_t kParallelBytes = int64_t{1} << 18;
 
 // ---- Transpose ----
 
@@ -113,11 +112,11 @@ KernelOr make_concat(const KernelArgs&, AttrReader& attrs) {
             // tokens: one 2.1 MB row) are copied by every thread too.
             constexpr int64_t kPiece = int64_t{1} << 16;
             const int64_t pieces = (chunk + kPiece - 1) / kPiece;
-#pragma omp parallel for schedule(static) if (outer * chunk >= kParallelBytes && outer * pieces > 1)
-            for (int64_t t = 0; t < outer * pieces; ++t) {
+            const double piece_bytes = 2.0 * static_cast<double>(std::min(kPiece, chunk));
+            parallel_for_each(outer * pieces, LoopCost{piece_bytes, 0}, [&](int64_t t) {
               const int64_t o = t / pieces, b = t % pieces * kPiece;
               std::memcpy(dst + o * out_row + offset + b, src + o * chunk + b, static_cast<size_t>(std::min(kPiece, chunk - b)));
-            }
+            });
           }
           offset += chunk;
         }
@@ -186,8 +185,8 @@ KernelOr make_split(const KernelArgs&, AttrReader& attrs) {
           const int64_t chunk = t.shape.numel(axis, s.rank()) * static_cast<int64_t>(es);
           char* dst = static_cast<char*>(t.data);
           if (chunk > 0) {
-#pragma omp parallel for schedule(static) if (outer * chunk >= kParallelBytes && outer > 1)
-            for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * chunk, src + o * in_row + offset, chunk);
+            parallel_for_each(outer, LoopCost{2.0 * static_cast<double>(chunk), 0},
+                              [&](int64_t o) { std::memcpy(dst + o * chunk, src + o * in_row + offset, chunk); });
           }
           offset += chunk;
         }

@@ -1,8 +1,8 @@
 #include "runtime/kernels/tensor_util.h"
 
-#include <omp.h>
-
 #include <algorithm>
+
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -43,12 +43,8 @@ void copy_rows(T* dst, const T* src, int r, const int64_t* dims, const int64_t* 
     body(0, rows);
     return;
   }
-#pragma omp parallel
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-    if (r0 < r1) body(r0, r1);
-  }
+  ThreadPool::global().parallel_for(rows, LoopCost{2.0 * static_cast<double>(row * sizeof(T)), 0},
+                                     [&](int64_t r0, int64_t r1, int) { body(r0, r1); });
 }
 
 // Transposes with the source's unit-stride dim J moving away from the innermost position: copies
@@ -67,8 +63,7 @@ void copy_tiled(T* dst, const T* src, int r, const int64_t* dims, const int64_t*
   const int64_t jblocks = (nJ + kTile - 1) / kTile;
   const int64_t outer = total / (nJ * nL);
   const int64_t work = outer * jblocks;
-#pragma omp parallel for schedule(static) if (total >= kParallelElements)
-  for (int64_t w = 0; w < work; ++w) {
+  auto tile = [&](int64_t w) {
     int64_t q = w / jblocks;
     const int64_t j0 = (w % jblocks) * kTile, j1 = std::min(nJ, j0 + kTile);
     int64_t ioff = 0, ooff = 0;
@@ -87,7 +82,12 @@ void copy_tiled(T* dst, const T* src, int r, const int64_t* dims, const int64_t*
         for (int64_t l = l0; l < l1; ++l) o[l] = s[l * sL];
       }
     }
+  };
+  if (total < kParallelElements) {
+    for (int64_t w = 0; w < work; ++w) tile(w);
+    return;
   }
+  parallel_for_each(work, LoopCost{2.0 * static_cast<double>(total / std::max<int64_t>(work, 1) * sizeof(T)), 0}, tile);
 }
 
 template <typename T>

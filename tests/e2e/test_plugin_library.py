@@ -62,13 +62,13 @@ def main():
     check("build with the plugin", b.returncode == 0, b.stderr)
     x = np.linspace(-3, 3, 5 * 4, dtype=np.float32).reshape(5, 4)
     np.save(work / "x.npy", x)
-    r = subprocess.run([a.engine_run, str(work / "good.engine"), "--profile", "p", "--input", f"x={work / 'x.npy'}",
-                        "--output-dir", str(work / "out")], capture_output=True, text=True)
+    r = subprocess.run([a.engine_run, str(work / "good.engine"), "--plugin-dir", str(work / "lib"), "--profile", "p", "--input",
+                        f"x={work / 'x.npy'}", "--output-dir", str(work / "out")], capture_output=True, text=True)
     check("engine-run", r.returncode == 0, r.stderr)
     if r.returncode == 0:
         problems, errors = kiln_e2e.compare_outputs({"y": np.square(1.5 * np.tanh(0.75 * x))}, work / "out", 1e-6, 1e-5)
         res.check("outputs match numpy", problems, "max abs err " + ", ".join(errors))
-    i = subprocess.run([a.engine_run, "--inspect", str(work / "good.engine")], capture_output=True, text=True)
+    i = subprocess.run([a.engine_run, "--plugin", str(lib), "--inspect", str(work / "good.engine")], capture_output=True, text=True)
     # The layer table row: index, op, kernel, name.
     check("inspect shows the plugin layer", i.returncode == 0 and bool(re.search(r"^\s+0\s+ScaledTanh\s+plugin\s+scaled$", i.stdout, re.M)),
           i.stdout + i.stderr)
@@ -85,10 +85,12 @@ def main():
                  [str(work / "lib" / "nope.so")])
     expect_error("wrong API version", [a.engine_build, config(work, "badapi", "st.onnx", ["lib/libbad_api.so"]), "--no-bench"],
                  [str(work / "lib" / "libbad_api.so"), "version 999", "version 1"])
+    # An engine never makes engine-run open a library the command line did not allow.
+    expect_error("engine-run without --plugin", [a.engine_run, "--inspect", str(work / "good.engine")], [str(lib), "has not allowed"])
     lib.rename(work / "moved.so")
-    expect_error("engine whose library moved", [a.engine_run, "--inspect", str(work / "good.engine")], [str(lib)])
-    expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--profile", "p", "--input",
-                                                    f"x={work / 'x.npy'}", "--output-dir", str(work / "out2")], [str(lib)])
+    expect_error("engine whose library moved", [a.engine_run, "--plugin-dir", str(work / "lib"), "--inspect", str(work / "good.engine")], [str(lib)])
+    expect_error("engine-run whose library moved", [a.engine_run, str(work / "good.engine"), "--plugin-dir", str(work / "lib"), "--profile",
+                                                    "p", "--input", f"x={work / 'x.npy'}", "--output-dir", str(work / "out2")], [str(lib)])
     return res.finish()
 
 

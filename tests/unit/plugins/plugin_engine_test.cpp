@@ -96,7 +96,18 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
   ASSERT_EQ(build.exit_code, 0) << build.output;
   EXPECT_NE(build.output.find("loaded plugin library " + lib_.string()), std::string::npos) << build.output;
 
-  auto engine = Engine::load_file((dir_ / "model.engine").string());
+  // The engine names its library, but loading it opens the library only when the caller allows it.
+  // (This process has not loaded it: engine-build did, in its own process.)
+  auto refused = Engine::load_file((dir_ / "model.engine").string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("has not allowed"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find(lib_.string()), std::string::npos) << refused.status().message();
+  LoadOptions wrong_dir;
+  wrong_dir.plugin_dirs = {dir_.string()};  // the library is in dir_/lib, not directly in dir_
+  EXPECT_FALSE(Engine::load_file((dir_ / "model.engine").string(), wrong_dir).ok());
+  LoadOptions allow;
+  allow.plugin_dirs = {(dir_ / "lib").string()};
+  auto engine = Engine::load_file((dir_ / "model.engine").string(), allow);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   EXPECT_EQ((*engine)->info().plugin_libraries, std::vector<std::string>{lib_.string()});  // absolute
   const Plan& plan = *(*engine)->plan(0);
@@ -122,10 +133,10 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y.as<float>()[i], std::max(0.0f, 2.0f * std::tanh(0.5f * x[i])), 1e-6f) << i;
   }
 
-  // engine-run, a fresh process, loads the recorded library by itself.
+  // engine-run, a fresh process, loads the recorded library when it is named with --plugin.
   std::vector<float> x = {-1.5f, -0.25f, 0.0f, 0.3f, 1.0f, 4.0f};
   ASSERT_TRUE(write_npy((dir_ / "x.npy").string(), TensorView{x.data(), DType::kFloat32, Shape{2, 3}}).ok());
-  CommandResult run = run_command(std::string(KILN_ENGINE_RUN) + " " + (dir_ / "model.engine").string() + " --profile p --input x=" +
+  CommandResult run = run_command(std::string(KILN_ENGINE_RUN) + " " + (dir_ / "model.engine").string() + " --plugin " + lib_.string() + " --profile p --input x=" +
                         (dir_ / "x.npy").string() + " --output-dir " + (dir_ / "out").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   auto y = read_npy((dir_ / "out" / "y.npy").string());
@@ -135,7 +146,7 @@ TEST_F(PluginEngine, BuildsLoadsAndRunsAnExternalPlugin) {
 
   // Without the library file the engine does not load, and says which library it needs.
   fs::rename(lib_, dir_ / "moved.so");
-  CommandResult missing = run_command(std::string(KILN_ENGINE_RUN) + " --inspect " + (dir_ / "model.engine").string());
+  CommandResult missing = run_command(std::string(KILN_ENGINE_RUN) + " --plugin " + lib_.string() + " --inspect " + (dir_ / "model.engine").string());
   EXPECT_NE(missing.exit_code, 0) << missing.output;
   EXPECT_NE(missing.output.find(lib_.string()), std::string::npos) << missing.output;
   EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;

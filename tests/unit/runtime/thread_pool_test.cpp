@@ -1,0 +1,144 @@
+// kiln's thread pool: every item runs exactly once, whoever runs it; regions from several threads
+// at once, nested loops, and a worker that is not running do not lose or repeat work or deadlock.
+#include <gtest/gtest.h>
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+namespace {
+
+// Each item's counter must end at exactly `rounds`.
+void expect_each_once(const std::vector<std::atomic<int>>& hits, int rounds) {
+  for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), rounds) << "item " << i;
+}
+
+TEST(ThreadPool, EveryItemRunsOnceAtAwkwardSizesAndGrains) {
+  ThreadPool& pool = ThreadPool::global();
+  for (int64_t n : {1, 2, 3, 7, 64, 1000, 4097}) {
+    for (int64_t grain : {1, 3, 64, 5000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e, int slot) {
+        EXPECT_LE(0, b);
+        EXPECT_LT(b, e);
+        EXPECT_LE(e, n);
+        EXPECT_GE(slot, 0);
+        EXPECT_LT(slot, pool.max_threads());
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      expect_each_once(hits, 1);
+    }
+  }
+}
+
+TEST(ThreadPool, EmptyLoopRunsNothing) {
+  int calls = 0;
+  ThreadPool::global().parallel_for(0, 1, [&](int64_t, int64_t, int) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(ThreadPool, CheapLoopsRunOnTheCallingThreadAndBigOnesUseHelpers) {
+  ThreadPool& pool = ThreadPool::global();
+  if (pool.max_threads() < 2) GTEST_SKIP() << "one thread";
+  // 100 items of 16 bytes: far below a region's cost.
+  EXPECT_FALSE(pool.worth_a_region(100, LoopCost{16, 0}));
+  const std::thread::id me = std::this_thread::get_id();
+  bool other_thread = false;
+  pool.parallel_for(100, LoopCost{16, 0}, [&](int64_t, int64_t, int slot) {
+    EXPECT_EQ(slot, 0);
+    other_thread |= std::this_thread::get_id() != me;
+  });
+  EXPECT_FALSE(other_thread);
+  // 4M items of 8 bytes: ~5 ms on one thread.
+  EXPECT_TRUE(pool.worth_a_region(int64_t{1} << 22, LoopCost{8, 0}));
+  EXPECT_GT(pool.grain_for(int64_t{1} << 22, LoopCost{8, 0}), 1);
+}
+
+TEST(ThreadPool, NestedLoopsRunInline) {
+  ThreadPool& pool = ThreadPool::global();
+  std::vector<std::atomic<int>> hits(64 * 64);
+  pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int outer_slot) {
+    EXPECT_TRUE(ThreadPool::in_region());
+    for (int64_t i = b; i < e; ++i)
+      pool.parallel_for(64, 1, [&](int64_t jb, int64_t je, int inner_slot) {
+        EXPECT_EQ(inner_slot, 0);
+        EXPECT_EQ(jb, 0);
+        EXPECT_EQ(je, 64);
+        for (int64_t j = jb; j < je; ++j) hits[static_cast<size_t>(i * 64 + j)].fetch_add(1);
+      });
+  });
+  EXPECT_FALSE(ThreadPool::in_region());
+  expect_each_once(hits, 1);
+}
+
+TEST(ThreadPool, RegionsFromSeveralThreadsAtOnce) {
+  ThreadPool& pool = ThreadPool::global();
+  constexpr int kCallers = 4, kRounds = 200;
+  std::vector<std::vector<std::atomic<int>>> hits(kCallers);
+  for (auto& h : hits) h = std::vector<std::atomic<int>>(257);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < kRounds; ++r)
+        pool.parallel_for(257, 4, [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(c)][static_cast<size_t>(i)].fetch_add(1);
+        });
+    });
+  for (auto& t : callers) t.join();
+  for (const auto& h : hits) expect_each_once(h, kRounds);
+}
+
+// A chunk that holds its thread for a while (as a descheduled worker would) delays only the
+// region it belongs to; later regions still finish and every item still runs once.
+TEST(ThreadPool, ASlowChunkDoesNotLoseWork) {
+  ThreadPool& pool = ThreadPool::global();
+  std::vector<std::atomic<int>> hits(64);
+  for (int r = 0; r < 20; ++r)
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e, int slot) {
+      if (slot != 0 && r % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    });
+  expect_each_once(hits, 20);
+}
+
+// Reconfiguring restarts the workers with the new team size; pinning to a CPU that does not exist
+// is a one-line error and the pool keeps working unpinned.
+TEST(ThreadPool, ConfigureTeamSizeAndBadCpu) {
+  ThreadPool& pool = ThreadPool::global();
+  const ThreadPoolOptions saved = pool.options();
+  ThreadPoolOptions one;
+  one.threads = 1;
+  ASSERT_TRUE(pool.configure(one).ok());
+  EXPECT_EQ(pool.max_threads(), 1);
+  std::vector<std::atomic<int>> hits(100);
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e, int slot) {
+    EXPECT_EQ(slot, 0);
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+  });
+  expect_each_once(hits, 1);
+
+  ThreadPoolOptions bad;
+  bad.threads = 2;
+  bad.cpus = {0, 4096};
+  Status st = pool.configure(bad);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("CPU 4096 does not exist"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos);
+  EXPECT_EQ(pool.max_threads(), 2);
+  std::vector<std::atomic<int>> again(1000);
+  pool.parallel_for(1000, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) again[static_cast<size_t>(i)].fetch_add(1);
+  });
+  expect_each_once(again, 1);
+  // Restore the caller's affinity (configure pinned nothing after the error) and the pool.
+  (void)pool.configure(saved);
+}
+
+}  // namespace
+}  // namespace kiln
