@@ -18,10 +18,10 @@ const std::vector<Pass>& pass_pipeline() {
        "dtype and the Shapes whose readers all folded, so they no longer read the values attention_fusion takes",
        constant_folding},
       {"shape_sources",
-       "make each Shape of a computed value whose dims are symbolic read the graph inputs those dims come from "
-       "(b, h, s, d = out.shape of an attention's output; k.shape[-2] of a KV-cache Concat), so it is no reader of "
-       "that value; after folding, which removes the Shapes that read only static dims, before attention_fusion, "
-       "which takes in values that have no other readers",
+       "make each Shape of a value an attention fusion takes inside its node (b, h, s, d = out.shape of the .V "
+       "product; k.shape[-2] of a KV-cache Concat) read the graph inputs its symbolic dims come from, so it is no "
+       "reader of that value and a mask built from it is not computed from the fused node's output; after folding, "
+       "which removes the Shapes that read only static dims, before attention_fusion; skipped when it is off",
        shape_sources},
       {"packed_projection_split",
        "give each Slice of a packed projection's product (nn.MultiheadAttention's x.W[E,3E] -> q, k, v) its own "

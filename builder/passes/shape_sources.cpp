@@ -7,8 +7,10 @@
 // returns is a known size or a sum of graph-input dims plus a constant, it becomes
 //   Concat(known sizes, Slice(Shape(input), axis) [+ Slice(Shape(input'), axis') ...] [+ c])
 // over the graph inputs, which are there before any node runs: same elements, no reader of the
-// computed value. Shapes of graph inputs and of values whose shape is fully known (those fold) are
-// left alone, and so is a Shape with a dim this cannot express.
+// computed value. Only Shapes of the values an attention fusion would take inside its node are
+// rewritten (see attention_inner_values): elsewhere a Shape is one step where the rewrite makes
+// several. Shapes of graph inputs and of values whose shape is fully known (those fold) are left
+// alone, and so is a Shape with a dim this cannot express.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -135,9 +137,83 @@ std::optional<SymShape> returned_dims(const Node& n, const Value& x) {
   return SymShape(x.shape->begin() + start, x.shape->begin() + end);
 }
 
+bool is_op(const Graph& g, int v, std::initializer_list<const char*> ops) {
+  if (v < 0 || g.values[v].producer < 0) return false;
+  const Node& p = g.nodes[g.values[v].producer];
+  if (p.removed || !p.domain.empty()) return false;
+  for (const char* op : ops)
+    if (p.op_type == op) return true;
+  return false;
+}
+
+// The values around each Softmax that attention_fusion takes inside its node: the heads of q, k
+// and v back through the head split (Transpose, Reshape, the KV-cache Concat, scalar Mul/Div,
+// repeat_kv's Unsqueeze/Expand), and the ·V product forward through the head merge. Their sources
+// (projections, caches, masks) stay the node's inputs and may keep other readers.
+std::vector<bool> attention_inner_values(const Graph& g) {
+  std::vector<bool> inner(g.values.size(), false);
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!g.nodes[i].removed)
+      for (int v : g.nodes[i].inputs)
+        if (v >= 0) readers[v].push_back(static_cast<int>(i));
+  auto walk_up = [&](int start) {
+    std::vector<std::pair<int, int>> todo{{start, 0}};
+    while (!todo.empty()) {
+      auto [v, depth] = todo.back();
+      todo.pop_back();
+      if (v < 0 || inner[v] || depth > 8 ||
+          !is_op(g, v, {"Transpose", "Reshape", "Concat", "Mul", "Div", "Unsqueeze", "Squeeze", "Expand"}))
+        continue;
+      inner[v] = true;
+      for (int i : g.nodes[g.values[v].producer].inputs) todo.push_back({i, depth + 1});
+    }
+  };
+  for (const Node& sm : g.nodes) {
+    if (sm.removed || !sm.domain.empty() || sm.op_type != "Softmax" || sm.inputs.empty() || sm.outputs.size() != 1) continue;
+    // QKᵀ: the first MatMul up the scale/mask chain.
+    int s = sm.inputs[0];
+    const Node* qk = nullptr;
+    for (int d = 0; d < 4 && s >= 0 && g.values[s].producer >= 0 && !qk; ++d) {
+      const Node& p = g.nodes[g.values[s].producer];
+      if (p.removed || !p.domain.empty()) break;
+      if (p.op_type == "MatMul") {
+        qk = &p;
+      } else if (p.inputs.size() >= 2 && (p.op_type == "Add" || p.op_type == "Sub" || p.op_type == "Mul" ||
+                                           p.op_type == "Div" || p.op_type == "Where" || p.op_type == "Cast")) {
+        const int a = p.op_type == "Where" ? p.inputs[1] : p.inputs[0], b = p.op_type == "Where" ? p.inputs[2] : p.inputs[1];
+        s = is_op(g, a, {"MatMul", "Add", "Sub", "Mul", "Div", "Where", "Cast"}) ? a : b;
+      } else if (p.op_type == "Cast") {
+        s = p.inputs[0];
+      } else {
+        break;
+      }
+    }
+    if (qk)
+      for (int i : qk->inputs) walk_up(i);
+    for (int pv : readers[sm.outputs[0]]) {
+      const Node& n = g.nodes[pv];
+      if (n.op_type != "MatMul" || !n.domain.empty() || n.inputs.size() != 2 || n.inputs[0] != sm.outputs[0]) continue;
+      walk_up(n.inputs[1]);
+      // Forward: the ·V product and its head merge.
+      for (int v = n.outputs[0], d = 0; v >= 0 && d < 3; ++d) {
+        inner[v] = true;
+        if (readers[v].empty()) break;
+        int next = -1;
+        for (int r : readers[v])
+          if (g.nodes[r].op_type == "Transpose" || g.nodes[r].op_type == "Reshape") next = g.nodes[r].outputs[0];
+        v = next;
+      }
+    }
+  }
+  return inner;
+}
+
 }  // namespace
 
 Status shape_sources(Graph& g, PassContext& ctx) {
+  if (ctx.disabled.count("attention_fusion")) return Status::Ok();  // nothing to make room for
+  const std::vector<bool> inner = attention_inner_values(g);
   std::map<std::string, DimSource> sources;
   for (int in : g.inputs) {
     const Value& v = g.values[in];
@@ -156,6 +232,11 @@ Status shape_sources(Graph& g, PassContext& ctx) {
       continue;
     const Value& x = g.values[n.inputs[0]];
     if (x.producer < 0) continue;  // a graph input (or constant): already what this would read
+    // Inner values, and copies of one made only for their size (q.transpose(1, 2).size(-2)).
+    const Node& xp = g.nodes[x.producer];
+    const bool copy_of_inner = (xp.op_type == "Transpose" || xp.op_type == "Reshape" || xp.op_type == "Identity") &&
+                               !xp.inputs.empty() && xp.inputs[0] >= 0 && inner[xp.inputs[0]];
+    if (!inner[n.inputs[0]] && !copy_of_inner) continue;
     auto dims = returned_dims(n, x);
     if (!dims || dims->empty() || sym_shape_concrete(*dims)) continue;
     std::vector<Node> nodes;

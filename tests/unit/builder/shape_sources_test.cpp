@@ -1,10 +1,12 @@
-// shape_sources: a Shape of a computed value whose dims are known sizes or sums of graph-input dims
-// reads the graph inputs instead (no longer a reader of that value); one with a dim it cannot
-// express (a product) is left alone. Asserted on the rewritten graph and by running the plan with
-// the pass on and off at points of the profile.
+// shape_sources: a Shape of a value an attention fusion takes inside its node, whose dims are known
+// sizes or sums of graph-input dims, reads the graph inputs instead (no longer a reader of that
+// value, so the attention fuses); one with a dim it cannot express (a product), and Shapes of values
+// away from any attention, are left alone. Asserted on the rewritten graph and by running the plan
+// with the pass on and off at points of the profile.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "builder/build_profile.h"
 #include "builder/optimization_profile.h"
@@ -19,28 +21,51 @@ using testing::OnnxModelBuilder;
 
 constexpr int64_t kD = 4;
 
-// a [batch, S, 4], b [batch, P, 4] -> c = Concat(a, b, axis 1) -> r = Relu(c);
-// y = Reshape(r, [Shape(r)[0], -1]) (reads batch, S+P and 4 of r); flat = Reshape(r, [-1, 4]);
-// flat_shape = Shape(flat) ([batch·(S+P), 4]: a product, not expressible as a sum).
+// One head with a KV cache: q, k_new, v_new [batch, 1, S, 4], past_k, past_v [batch, 1, P, 4];
+// k = Concat(past_k, k_new) [batch, 1, P+S, 4] (v alike); out = Softmax(q·kᵀ)·v [batch, 1, S, 4].
+// k_shape = Shape(k) (a graph output; its dim 2 sizes an additive zero mask on the scores, its
+// batch gives y = Reshape(out, [batch, -1]));
+// flat = Reshape(out, [-1, 4]) and flat_shape = Shape(flat) ([batch·S, 4]: a product);
+// q_relu_shape = Shape(Relu(q)) (no attention value).
 Graph model() {
   OnnxModelBuilder b;
-  b.input("a", DType::kFloat32, {std::string("batch"), std::string("S"), kD});
-  b.input("b", DType::kFloat32, {std::string("batch"), std::string("P"), kD});
+  for (const char* n : {"q", "k_new", "v_new"}) b.input(n, DType::kFloat32, {std::string("batch"), int64_t{1}, std::string("S"), kD});
+  for (const char* n : {"past_k", "past_v"}) b.input(n, DType::kFloat32, {std::string("batch"), int64_t{1}, std::string("P"), kD});
   b.initializer("i0", {0}, {}).initializer("axes0", {0}, {1}).initializer("minus1", {-1}, {1});
   b.initializer("flat_target", {-1, kD}, {2});
-  OnnxModelBuilder::int_attr(b.node("Concat", {"a", "b"}, {"c"}, "concat"), "axis", 1);
-  b.node("Relu", {"c"}, {"r"}, "relu");
-  b.node("Shape", {"r"}, {"r_shape"}, "shape_r");
-  b.node("Gather", {"r_shape", "i0"}, {"batch"}, "gather_batch");
+  OnnxModelBuilder::int_attr(b.node("Concat", {"past_k", "k_new"}, {"k"}, "concat_k"), "axis", 2);
+  OnnxModelBuilder::int_attr(b.node("Concat", {"past_v", "v_new"}, {"v"}, "concat_v"), "axis", 2);
+  b.node("Shape", {"k"}, {"k_shape"}, "shape_k");
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"k"}, {"kt"}, "kt"), "perm", {0, 1, 3, 2});
+  b.node("MatMul", {"q", "kt"}, {"scores"}, "qk");
+  // An additive mask of zeros [1, P+S] whose shape comes from Shape(k): built from the Concat the
+  // fusion takes in, so without the rewrite it would be computed from the fused node's own output.
+  b.initializer("two1", {2}, {1}).initializer("three1", {3}, {1}).initializer("one1", {1}, {1});
+  b.initializer_f("zero_f", {0.0f}, {1});
+  b.node("Slice", {"k_shape", "two1", "three1"}, {"total1"}, "slice_total");
+  OnnxModelBuilder::int_attr(b.node("Concat", {"one1", "total1"}, {"mask_shape"}, "mask_shape"), "axis", 0);
+  b.node("Expand", {"zero_f", "mask_shape"}, {"mask"}, "mask");
+  b.node("Add", {"scores", "mask"}, {"masked"}, "add_mask");
+  OnnxModelBuilder::int_attr(b.node("Softmax", {"masked"}, {"p"}, "softmax"), "axis", -1);
+  b.node("MatMul", {"p", "v"}, {"out"}, "pv");
+  b.node("Gather", {"k_shape", "i0"}, {"batch"}, "gather_batch");
   b.node("Unsqueeze", {"batch", "axes0"}, {"batch1"}, "unsqueeze_batch");
   OnnxModelBuilder::int_attr(b.node("Concat", {"batch1", "minus1"}, {"y_target"}, "y_target"), "axis", 0);
-  b.node("Reshape", {"r", "y_target"}, {"y"}, "reshape_y");
-  b.node("Reshape", {"r", "flat_target"}, {"flat"}, "reshape_flat");
+  b.node("Reshape", {"out", "y_target"}, {"y"}, "reshape_y");
+  b.node("Reshape", {"out", "flat_target"}, {"flat"}, "reshape_flat");
   b.node("Shape", {"flat"}, {"flat_shape"}, "shape_flat");
-  b.output("y").output("r_shape").output("flat_shape");
+  b.node("Relu", {"q"}, {"q_relu"}, "relu");
+  b.node("Shape", {"q_relu"}, {"q_relu_shape"}, "shape_relu");
+  b.output("y").output("k_shape").output("flat_shape").output("q_relu_shape");
   auto g = b.import();
   EXPECT_TRUE(g.ok()) << g.status().message();
   return std::move(g).value();
+}
+
+int live_ops(const Graph& g, const std::string& op) {
+  int c = 0;
+  for (const auto& n : g.nodes) c += !n.removed && n.op_type == op;
+  return c;
 }
 
 const Node* node_named(const Graph& g, const std::string& name) {
@@ -49,35 +74,44 @@ const Node* node_named(const Graph& g, const std::string& name) {
   return nullptr;
 }
 
-int readers(const Graph& g, const std::string& value) {
-  const int v = g.find_value(value);
-  int r = 0;
-  for (const auto& n : g.nodes)
-    if (!n.removed)
-      for (int i : n.inputs) r += i == v;
-  return r;
-}
-
-TEST(ShapeSources, ASumOfInputDimsReadsTheInputs) {
-  Graph g = model();
+PassContext run_ranged(Graph& g, std::set<std::string> disabled) {
   PassContext ctx;
   ctx.dim_ranges = {{"batch", {1, 2}}, {"S", {1, 8}}, {"P", {1, 8}}};
-  ASSERT_TRUE(run_pass_pipeline(g, ctx).ok());
-  EXPECT_EQ(node_named(g, "shape_r"), nullptr);
-  EXPECT_NE(node_named(g, "shape_r/from_inputs/Concat"), nullptr);
-  // r's readers are the two Reshapes only.
-  EXPECT_EQ(readers(g, "r"), 2);
-  const Value& rs = g.values[g.find_value("r_shape")];
-  ASSERT_TRUE(rs.sym_value.has_value());
-  EXPECT_EQ(sym_shape_str(*rs.sym_value), sym_shape_str({Dim::sym("batch"), dim_add(Dim::sym("S"), Dim::sym("P")), Dim::known(kD)}));
-  // batch·(S+P) is no sum of input dims: that Shape stays.
+  ctx.disabled = std::move(disabled);
+  EXPECT_TRUE(run_pass_pipeline(g, ctx).ok());
+  return ctx;
+}
+
+TEST(ShapeSources, AShapeOfTheCacheConcatReadsTheInputsAndTheAttentionFuses) {
+  Graph g = model();
+  run_ranged(g, {});
+  EXPECT_EQ(node_named(g, "shape_k"), nullptr);
+  EXPECT_NE(node_named(g, "shape_k/from_inputs/Concat"), nullptr);
+  EXPECT_EQ(live_ops(g, "Attention"), 1);
+  const Value& ks = g.values[g.find_value("k_shape")];
+  ASSERT_TRUE(ks.sym_value.has_value());
+  EXPECT_EQ(sym_shape_str(*ks.sym_value),
+            sym_shape_str({Dim::sym("batch"), Dim::known(1), dim_add(Dim::sym("P"), Dim::sym("S")), Dim::known(kD)}));
+  // batch·S is no sum of input dims, and Relu(q) is no attention value: those Shapes stay.
   EXPECT_NE(node_named(g, "shape_flat"), nullptr);
+  EXPECT_NE(node_named(g, "shape_relu"), nullptr);
+
+  // Without the pass the mask is computed from Shape(k), k the fused node's own output: not fused.
+  Graph off = model();
+  run_ranged(off, {"shape_sources"});
+  EXPECT_EQ(live_ops(off, "Attention"), 0);
 }
 
 struct Outputs {
   std::vector<float> y;
-  std::vector<int64_t> r_shape, flat_shape;
+  std::vector<int64_t> k_shape, flat_shape;
 };
+
+std::vector<float> wave(int64_t n, float phase) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+  return v;
+}
 
 Outputs run(int64_t batch, int64_t s, int64_t p, const std::set<std::string>& disabled) {
   Outputs o;
@@ -94,20 +128,21 @@ Outputs run(int64_t batch, int64_t s, int64_t p, const std::set<std::string>& di
   auto ctx = ExecutionContext::create(*plan);
   EXPECT_TRUE(ctx.ok()) << ctx.status().message();
   if (!ctx.ok()) return o;
-  std::vector<float> av(batch * s * kD), bv(batch * p * kD);
-  for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.7f * static_cast<float>(i));
-  for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3f * static_cast<float>(i));
-  Tensor a = Tensor::from_vector<float>(av, Shape{batch, s, kD}), b = Tensor::from_vector<float>(bv, Shape{batch, p, kD});
-  EXPECT_TRUE((*ctx)->set_input("a", a.view()).ok());
-  EXPECT_TRUE((*ctx)->set_input("b", b.view()).ok());
+  std::vector<Tensor> in;
+  float phase = 0.1f;
+  for (const char* n : {"q", "k_new", "v_new", "past_k", "past_v"}) {
+    const int64_t len = n[0] == 'p' ? p : s;
+    in.push_back(Tensor::from_vector<float>(wave(batch * len * kD, phase += 0.9f), Shape{batch, 1, len, kD}));
+    EXPECT_TRUE((*ctx)->set_input(n, in.back().view()).ok());
+  }
   Status st = (*ctx)->run();
   EXPECT_TRUE(st.ok()) << st.message();
   if (!st.ok()) return o;
   const TensorView& y = (*ctx)->output(0);
-  EXPECT_EQ(y.shape, (Shape{batch, (s + p) * kD}));
+  EXPECT_EQ(y.shape, (Shape{batch, s * kD}));
   o.y.assign(y.as<float>(), y.as<float>() + y.numel());
-  const TensorView& rs = (*ctx)->output(1);
-  o.r_shape.assign(rs.as<int64_t>(), rs.as<int64_t>() + rs.numel());
+  const TensorView& ks = (*ctx)->output(1);
+  o.k_shape.assign(ks.as<int64_t>(), ks.as<int64_t>() + ks.numel());
   const TensorView& fs = (*ctx)->output(2);
   o.flat_shape.assign(fs.as<int64_t>(), fs.as<int64_t>() + fs.numel());
   return o;
@@ -117,20 +152,13 @@ TEST(ShapeSources, SameOutputsWithThePassOnAndOff) {
   for (auto [batch, s, p] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 3, 5}, {2, 8, 8}}) {
     const Outputs on = run(batch, s, p, {});
     const Outputs off = run(batch, s, p, {"shape_sources"});
-    EXPECT_EQ(on.r_shape, (std::vector<int64_t>{batch, s + p, kD}));
-    EXPECT_EQ(on.flat_shape, (std::vector<int64_t>{batch * (s + p), kD}));
-    EXPECT_EQ(on.r_shape, off.r_shape);
+    EXPECT_EQ(on.k_shape, (std::vector<int64_t>{batch, 1, p + s, kD}));
+    EXPECT_EQ(on.flat_shape, (std::vector<int64_t>{batch * s, kD}));
+    EXPECT_EQ(on.k_shape, off.k_shape);
     EXPECT_EQ(on.flat_shape, off.flat_shape);
-    EXPECT_EQ(on.y, off.y);
-    // y is relu(concat(a, b)) flattened per batch row.
-    ASSERT_EQ(on.y.size(), static_cast<size_t>(batch * (s + p) * kD));
-    for (int64_t bi = 0; bi < batch; ++bi)
-      for (int64_t t = 0; t < s + p; ++t)
-        for (int64_t d = 0; d < kD; ++d) {
-          const float x = t < s ? std::sin(0.7f * static_cast<float>((bi * s + t) * kD + d))
-                                : std::cos(0.3f * static_cast<float>((bi * p + t - s) * kD + d));
-          EXPECT_FLOAT_EQ(on.y[(bi * (s + p) + t) * kD + d], std::max(x, 0.0f)) << bi << "," << t << "," << d;
-        }
+    ASSERT_EQ(on.y.size(), static_cast<size_t>(batch * s * kD));
+    ASSERT_EQ(on.y.size(), off.y.size());
+    for (size_t i = 0; i < on.y.size(); ++i) EXPECT_NEAR(on.y[i], off.y[i], 1e-5) << "element " << i;
   }
 }
 
