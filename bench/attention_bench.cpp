@@ -1,8 +1,9 @@
 // Micro-benchmark of the kiln::Attention kernel at the ControlTransformer's shapes (Google
 // benchmark; not a test): the AVX2 f32 path, the AVX-512 f32 path (plain, with the bool mask, cold
-// copies, cold in place) and (with AMX) bf16, each a benchmark named "<shape>/<variant>", timed on
-// the wall clock, with a GFLOP/s counter (2 * 2 * Dh flops per visible query-key pair) and the
-// process's CPU time. Threads: OMP_NUM_THREADS. `engine-perf import` takes its JSON output.
+// copies, cold in place) and bf16 (AMX, else AVX512_BF16; KILN_MAX_CPU_ISA picks which), each a
+// benchmark named "<shape>/<variant>", timed on the wall clock, with a GFLOP/s counter
+// (2 * 2 * Dh flops per visible query-key pair) and the process's CPU time. Threads:
+// OMP_NUM_THREADS. `engine-perf import` takes its JSON output.
 //
 //   attention-bench [--shapes=incremental|full|Q:K] [--benchmark_filter=fp32] [--benchmark_repetitions=10]
 //                   [--benchmark_out=attention.json --benchmark_out_format=json]
@@ -148,6 +149,10 @@ void register_and_run(const std::vector<Shapes>& all, size_t i, const std::strin
   if (attention::bf16_supported()) {
     variants.push_back({"bf16", [&] { return attention::run_attention(pb, g, iv, ov, ws.data(), slots); }});
     variants.push_back({"bf16 mask", [&] { return attention::run_attention(pmb, gm, mv, ov, ws.data(), slots); }});
+    variants.push_back({"bf16 cold", [&] {
+                          const int c = cold_next++ % kCopies;
+                          return attention::run_attention(pmb, gm, cold_iv[c], cold_ov[c], ws.data(), slots);
+                        }});
   }
   if (!only.empty())
     std::erase_if(variants, [&](const Variant& v) { return v.name.find(only) == std::string::npos; });

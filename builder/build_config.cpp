@@ -167,6 +167,7 @@ class ConfigReader {
   Status read_inputs(const Entry& e, BuildConfig& cfg) const;
   Status read_benchmark(const Entry& e, BenchmarkConfig* out) const;
   Status read_streaming(const Entry& e, BuildConfig& cfg) const;
+  Status read_calibration(const Entry& e, BuildConfig& cfg) const;
 
   std::string resolve(const std::string& p) const {
     fs::path q(p);
@@ -271,11 +272,35 @@ Status ConfigReader::get_string_list(const MapView& m, const char* key, const st
   return Status::Ok();
 }
 
+Status ConfigReader::read_calibration(const Entry& e, BuildConfig& cfg) const {
+  MapView m;
+  KILN_RETURN_IF_ERROR(open_checked(e, {"method", "percentile", "batches", "holdout", "cache", "profile", "tolerance", "inputs"}, &m));
+  CalibrationConfig& c = cfg.calibration;
+  if (const Entry* x = m.find("method")) KILN_RETURN_IF_ERROR(get_choice(*x, {"minmax", "percentile", "entropy"}, &c.method));
+  if (const Entry* x = m.find("inputs")) {
+    std::string inputs;
+    KILN_RETURN_IF_ERROR(get_choice(*x, {"generators"}, &inputs));  // the config's generators, a seed per batch
+  }
+  KILN_RETURN_IF_ERROR(get_double(m, "percentile", true, &c.percentile));
+  if (c.percentile > 100) return type_error(m.find("percentile")->site, m.find("percentile")->path, "a percentile in (0, 100]",
+                                            m.find("percentile")->value);
+  KILN_RETURN_IF_ERROR(get_int(m, "batches", 1, 100000, &c.batches));
+  KILN_RETURN_IF_ERROR(get_int(m, "holdout", 1, 100000, &c.holdout));
+  KILN_RETURN_IF_ERROR(get_double(m, "tolerance", true, &c.tolerance));
+  if (const Entry* x = m.find("cache")) {
+    KILN_RETURN_IF_ERROR(get_string(*x, "a path for the calibration cache file", &c.cache));
+    c.cache = resolve(c.cache);
+  }
+  if (const Entry* x = m.find("profile")) KILN_RETURN_IF_ERROR(get_string(*x, "a profile name", &c.profile));
+  return Status::Ok();
+}
+
 Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   MapView top;
   KILN_RETURN_IF_ERROR(open_map(root, Site{1, ""}, "", "a map of settings", &top));
   KILN_RETURN_IF_ERROR(check_keys(top, {"model", "output", "precision", "threads", "profiles", "inputs", "benchmark",
-                                        "plugins", "fusions", "passes", "streaming", "tactics", "history"}));
+                                        "plugins", "fusions", "passes", "streaming", "tactics", "history",
+                                        "calibration", "precision_overrides"}));
   cfg.config_path = file_;
 
   const Entry* e = top.find("model");
@@ -288,7 +313,18 @@ Status ConfigReader::read(const YAML::Node& root, BuildConfig& cfg) {
   } else {
     cfg.output = (config_dir_ / (fs::path(cfg.model).stem().string() + ".engine")).lexically_normal().string();
   }
-  if ((e = top.find("precision"))) KILN_RETURN_IF_ERROR(get_choice(*e, {"fp32", "bf16"}, &cfg.precision));
+  if ((e = top.find("precision"))) KILN_RETURN_IF_ERROR(get_choice(*e, {"fp32", "bf16", "int8"}, &cfg.precision));
+  if ((e = top.find("calibration"))) KILN_RETURN_IF_ERROR(read_calibration(*e, cfg));
+  if ((e = top.find("precision_overrides"))) {
+    MapView m;
+    KILN_RETURN_IF_ERROR(open_map(e->value, e->site, e->path, "a map of step name globs to fp32 or bf16", &m));
+    for (const auto& o : m.entries) {
+      PrecisionOverride po;
+      po.pattern = o.key;
+      KILN_RETURN_IF_ERROR(get_choice(o, {"fp32", "bf16"}, &po.precision));
+      cfg.precision_overrides.push_back(po);
+    }
+  }
   KILN_RETURN_IF_ERROR(get_int(top, "threads", 0, INT_MAX, &cfg.threads));
 
   if (!(e = top.find("profiles"))) return missing(top.site, "profiles");

@@ -76,11 +76,33 @@ struct StreamingConfig {
   int64_t max_steps = 0;
 };
 
+// precision: int8. Activation ranges come from running the fp32 plan of one profile on `batches`
+// generated input batches (profiles/calibration.h); the calibration cache keeps the scales.
+struct CalibrationConfig {
+  std::string method = "entropy";  // minmax | percentile | entropy
+  double percentile = 99.99;       // percentile: the |x| quantile the range clips at
+  int batches = 8;                 // calibration batches (the config's generators, seeds per batch)
+  int holdout = 2;                 // further batches, not calibrated on, for the int8 vs fp32 error report
+  std::string cache;               // calibration cache file; "" = none
+  std::string profile;             // whose opt shapes calibrate; "" = the first profile
+  // Per output: max |int8 - fp32| over the held-out batches must stay within tolerance *
+  // max(1, max |fp32|), else the build fails.
+  double tolerance = 0.05;
+};
+
+// precision_overrides: {PATTERN: fp32 | bf16}: steps whose name (or an ONNX node they replaced)
+// matches the glob keep that precision in an int8 or bf16 engine.
+struct PrecisionOverride {
+  std::string pattern, precision;
+};
+
 struct BuildConfig {
   std::string config_path;   // the YAML file itself
   std::string model;         // absolute or relative to the working directory after resolution
   std::string output;        // engine path
-  std::string precision = "fp32";   // fp32 | bf16
+  std::string precision = "fp32";   // fp32 | bf16 | int8
+  CalibrationConfig calibration;   // precision int8
+  std::vector<PrecisionOverride> precision_overrides;  // in file order; the first match wins
   int threads = 0;           // 0 = all cores
   std::vector<ProfileConfig> profiles;   // in file order
   std::map<std::string, InputGenerator> inputs;

@@ -188,6 +188,8 @@ StatusOr<BuiltProfile> build_profile(const Graph& g, const ResolvedProfile& p, c
   pctx.disabled = plan_disabled;
   pctx.bf16 = options.bf16;
   pctx.tactics = options.tactics;
+  pctx.int8_scales = options.int8_scales;
+  pctx.precision_overrides = &options.precision_overrides;
   pctx.plugin_inputs = plugin_input_ranges(pg.graph, at_points);
   KILN_RETURN_IF_ERROR(run_plan_passes(*out.plan, pctx).with_context(where));
   out.fp32_plan = pctx.fp32_plan;

@@ -4,8 +4,8 @@
 //   1. check the profile against the graph at its min, opt and max points;
 //   2. specialize what the profile fixes and run the graph pass pipeline (builder/passes/);
 //   3. lower the graph to a plan;
-//   4. run the plan passes (builder/plan/plan_passes.h): plugin configuration, bf16 lowering,
-//      tactic selection (a hook the caller supplies), the Winograd layout.
+//   4. run the plan passes (builder/plan/plan_passes.h): plugin configuration, bf16 and int8
+//      lowering, tactic selection (a hook the caller supplies), the Winograd layout.
 #pragma once
 
 #include <memory>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/build_config.h"
 #include "builder/graph.h"
 #include "builder/optimization_profile.h"
 #include "builder/passes/pass.h"
@@ -26,13 +27,15 @@ struct ProfileBuildOptions {
   bool attention_required = false;        // an attention-like site left unfused is an error
   bool bf16 = false;                      // lower to bf16 kernels (the caller checked the CPU)
   PlanHook tactics;                       // tactic selection; none = best-ranked kernels
+  const std::map<std::string, float>* int8_scales = nullptr;  // precision int8: calibrated activation scales
+  std::vector<PrecisionOverride> precision_overrides;          // steps pinned to fp32 or bf16
 };
 
 struct BuiltProfile {
   ResolvedProfile profile;
   std::shared_ptr<Plan> plan;
-  std::shared_ptr<Plan> fp32_plan;  // bf16 only: the plan before bf16 lowering, for the error report
-  std::set<std::string> fp32_ops;   // bf16 only: compute ops that stayed fp32 (no bf16 kernel)
+  std::shared_ptr<Plan> fp32_plan;  // bf16/int8 only: the plan before lowering, for the error report
+  std::set<std::string> fp32_ops;   // bf16/int8 only: compute ops that stayed fp32 (no bf16 kernel)
   std::vector<std::string> pass_log;
   std::vector<AttentionSite> attention_sites;  // every attention-like site, fused or with the reason not
 };

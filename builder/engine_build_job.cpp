@@ -9,6 +9,7 @@
 #include "builder/build_profile.h"
 #include "builder/engine_writer.h"
 #include "builder/onnx/onnx_importer.h"
+#include "builder/plan/int8_lowering.h"
 #include "runtime/plugin_host/plugin_kernel.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine_format.h"
@@ -37,13 +38,6 @@ StatusOr<uint64_t> model_size_on_disk(const std::string& path) {
   return size;
 }
 
-// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
-// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
-bool host_has_bf16() {
-  const char* off = std::getenv("KILN_DISABLE_BF16");
-  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
-}
-
 // The CpuFeature bits the plans' kernels declare in the registry (KernelEntry::cpu_features).
 uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& plans) {
   const KernelRegistry& reg = KernelRegistry::builtin();
@@ -58,6 +52,13 @@ uint64_t kernel_cpu_features(const std::vector<std::shared_ptr<const Plan>>& pla
 }
 
 }  // namespace
+
+// precision: bf16 needs AVX512_BF16 on the building CPU (the engine then requires it wherever it
+// loads). KILN_DISABLE_BF16=1 hides the feature, so the fp32 fallback can be tested on any CPU.
+bool host_has_bf16() {
+  const char* off = std::getenv("KILN_DISABLE_BF16");
+  return (host_cpu_features() & kCpuAvx512Bf16) && !(off && *off && std::string(off) != "0");
+}
 
 StreamingSpec streaming_spec(const BuildConfig& cfg) {
   StreamingSpec spec;
@@ -74,14 +75,23 @@ StreamingSpec streaming_spec(const BuildConfig& cfg) {
   return spec;
 }
 
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune) {
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune,
+                                   const CalibrateHook& calibrate) {
   BuildResult result;
   std::error_code ec;
   if (std::filesystem::equivalent(cfg.model, cfg.output, ec))
     return InvalidArgument("output '" + cfg.output + "' is the model file itself; refusing to overwrite it");
-  const bool bf16 = cfg.precision == "bf16" && host_has_bf16();
+  const bool int8 = cfg.precision == "int8";
+  // int8 engines run attention and the matmuls int8 leaves out in bf16 where the CPU has it.
+  const bool bf16 = (cfg.precision == "bf16" || int8) && host_has_bf16();
   if (cfg.precision == "bf16" && !bf16)
     progress("warning: precision bf16 needs AVX512_BF16, which this CPU does not have (or KILN_DISABLE_BF16 is set): building fp32");
+  if (int8 && !calibrate) return InvalidArgument(cfg.config_path + ": precision int8 needs calibration, which this caller does not provide");
+  if (int8 && !cfg.calibration.profile.empty()) {
+    bool found = false;
+    for (const auto& pc : cfg.profiles) found |= pc.name == cfg.calibration.profile;
+    if (!found) return InvalidArgument(cfg.config_path + ": calibration.profile '" + cfg.calibration.profile + "' is not a profile of the config");
+  }
 
   // Plugin libraries load before the import so the model's custom ops resolve; the engine records
   // their absolute paths and loads them again wherever it is loaded.
@@ -118,6 +128,32 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   options.attention_required = attention_mode == "required";
   options.bf16 = bf16;
   options.tactics = tune;
+  options.precision_overrides = cfg.precision_overrides;
+
+  // int8: the activation scales measured on the calibration profile's fp32 plan (untuned, before
+  // any lowering) serve every profile, whose steps keep their node names; that profile's graph is
+  // built once more for it.
+  std::map<std::string, float> scales;
+  if (int8) {
+    const std::string& want = cfg.calibration.profile.empty() ? cfg.profiles.front().name : cfg.calibration.profile;
+    for (const ProfileConfig& pc : cfg.profiles) {
+      if (pc.name != want) continue;
+      const std::string at_line = cfg.config_path + ":" + std::to_string(pc.line);
+      auto resolved = resolve_profile(graph, pc);
+      if (!resolved.ok()) return resolved.status().with_context(at_line);
+      ProfileBuildOptions fp32 = options;
+      fp32.bf16 = false;
+      fp32.tactics = {};
+      fp32.precision_overrides.clear();
+      auto built = build_profile(graph, *resolved, fp32);
+      if (!built.ok()) return built.status().with_context(at_line);
+      auto got = calibrate(*built->plan, built->profile);
+      if (!got.ok()) return got.status().with_context(cfg.config_path + ": calibration on profile '" + want + "'");
+      scales = std::move(got).value();
+    }
+    options.int8_scales = &scales;
+  }
+
   std::vector<std::shared_ptr<const Plan>> plans;
   for (size_t i = 0; i < cfg.profiles.size(); ++i) {
     const ProfileConfig& pc = cfg.profiles[i];
@@ -137,13 +173,15 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
     for (const auto& site : bp.attention_sites)
       if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
     for (const auto& line : bp.pass_log)
-      if (line.rfind("selected_row_narrowing:", 0) == 0 || line.rfind("winograd_layout:", 0) == 0) progress(step + line);
-    if (!bp.fp32_ops.empty()) {
+      for (const char* shown : {"selected_row_narrowing:", "winograd_layout:", "int8:", "precision_overrides:"})
+        if (line.rfind(shown, 0) == 0) progress(step + line);
+    if (bf16 && !bp.fp32_ops.empty()) {
       std::string list;
       for (const auto& op : bp.fp32_ops) list += (list.empty() ? "" : ", ") + op;
-      progress(step + "warning: precision bf16: no bf16 kernel for " + list + "; these steps run in fp32");
+      progress(step + "warning: precision " + cfg.precision + ": no bf16 kernel for " + list + "; these steps run in fp32");
     }
-    progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " + seconds_since(tp));
+    progress(step + std::to_string(bp.plan->steps.size()) + " steps, " + std::to_string(bp.plan->constants.size()) + " constants, built in " +
+             seconds_since(tp));
     plans.push_back(bp.plan);
     result.profiles.push_back(std::move(bp));
   }
@@ -151,7 +189,7 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
   EngineWriteInput in;
   in.plans = plans;
   in.source_model = std::filesystem::path(cfg.model).filename().string();
-  in.precision = bf16 ? "bf16" : "fp32";
+  in.precision = int8 ? "int8" : bf16 ? "bf16" : "fp32";
   in.plugin_libraries = plugin_libraries;
   in.has_streaming = cfg.streaming.present;
   if (in.has_streaming) in.streaming = streaming_spec(cfg);

@@ -29,6 +29,16 @@ using ProgressFn = std::function<void(const std::string&)>;
 StreamingSpec streaming_spec(const BuildConfig& cfg);
 
 // `tune` runs as the tactic_selection plan pass of every profile (builder/plan/plan_passes.h).
-StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {});
+// precision: int8: `calibrate` gives the activation scale of each int8 candidate step (by name),
+// measured on the fp32 plan of the calibration profile (profiles/calibration.h does it for
+// engine-build).
+using CalibrateHook = std::function<StatusOr<std::map<std::string, float>>(const Plan& fp32_plan, const ResolvedProfile& profile)>;
+
+// The precision the build uses: the config's, lowered where this CPU lacks it (bf16 without
+// AVX512_BF16 builds fp32; int8 runs its non-quantized steps in bf16 only where bf16 runs).
+bool host_has_bf16();
+
+StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& progress, const PlanHook& tune = {},
+                                   const CalibrateHook& calibrate = {});
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 
 #include "builder/input_generator.h"
 #include "builder/json_text.h"
+#include "builder/quantization/calibration.h"
 
 namespace kiln {
 
@@ -87,6 +88,18 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
 }
 
 namespace {
+// Folds output o's |lowp - fp32| and max |fp32| of the last runs into pc.
+Status accumulate_lowp_error(const ExecutionContext& lowp, const ExecutionContext& fp32, size_t o, const std::string& where,
+                             ProfileCheck& pc) {
+  const std::string& name = lowp.output_name(o);
+  KILN_ASSIGN_OR_RETURN(double e, max_abs_diff(lowp.output(o), fp32.output(o), where + " output '" + name + "' " + pc.lowp + " vs fp32"));
+  double scale = 0;
+  for (int64_t i = 0; i < fp32.output(o).numel(); ++i) scale = std::max(scale, std::fabs(read_double(fp32.output(o), i)));
+  pc.lowp_max_abs_err[name] = std::max(pc.lowp_max_abs_err[name], e);
+  pc.fp32_max_abs[name] = std::max(pc.fp32_max_abs[name], scale);
+  return Status::Ok();
+}
+
 // A context prepared for benchmarking one profile, with its inputs.
 struct BenchContext {
   std::unique_ptr<ExecutionContext> ctx;
@@ -107,6 +120,8 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
     std::unique_ptr<ExecutionContext> fp32;
     if (bp.fp32_plan) {
       KILN_ASSIGN_OR_RETURN(fp32, ExecutionContext::create(bp.fp32_plan));
+      pc.lowp = cfg.precision == "int8" ? "int8" : "bf16";
+      pc.lowp_tolerance = pc.lowp == "int8" ? cfg.calibration.tolerance : kBf16Tolerance;
     }
     const std::pair<ResolvedProfile::Point, const char*> points[] = {
         {ResolvedProfile::Point::kMin, "min"}, {ResolvedProfile::Point::kOpt, "opt"}, {ResolvedProfile::Point::kMax, "max"}};
@@ -139,23 +154,38 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
                                                      where + " output '" + loaded->output_name(o) + "' at " + label));
         pc.max_abs_diff = std::max(pc.max_abs_diff, d);
         if (!fp32) continue;
-        const std::string& name = loaded->output_name(o);
-        KILN_ASSIGN_OR_RETURN(double e, max_abs_diff(loaded->output(o), fp32->output(o), where + " output '" + name + "' bf16 vs fp32"));
-        double scale = 0;
-        for (int64_t i = 0; i < fp32->output(o).numel(); ++i) scale = std::max(scale, std::fabs(read_double(fp32->output(o), i)));
-        pc.bf16_max_abs_err[name] = std::max(pc.bf16_max_abs_err[name], e);
-        pc.fp32_max_abs[name] = std::max(pc.fp32_max_abs[name], scale);
+        KILN_RETURN_IF_ERROR(accumulate_lowp_error(*loaded, *fp32, o, where, pc));
       }
+    }
+    // int8: batches calibration never saw, at opt shapes (validation's own inputs are batch 0).
+    if (fp32 && pc.lowp == "int8") {
+      const auto opt = bp.profile.shapes_at(ResolvedProfile::Point::kOpt);
+      for (int h = 1; h <= cfg.calibration.holdout; ++h) {
+        KILN_ASSIGN_OR_RETURN(auto inputs, batch_inputs(*bp.plan, opt, cfg, cfg.calibration.batches + h));
+        for (const auto& [name, t] : inputs) {
+          KILN_RETURN_IF_ERROR(loaded->set_input(name, t.view()).with_context(where));
+          KILN_RETURN_IF_ERROR(fp32->set_input(name, t.view()).with_context(where));
+        }
+        KILN_RETURN_IF_ERROR(fp32->run().with_context(where + " (fp32 reference plan, held-out batch)"));
+        KILN_RETURN_IF_ERROR(loaded->run().with_context(where + " (loaded engine, held-out batch)"));
+        for (size_t o = 0; o < loaded->num_outputs(); ++o) KILN_RETURN_IF_ERROR(accumulate_lowp_error(*loaded, *fp32, o, where, pc));
+      }
+      pc.holdout_batches = cfg.calibration.holdout;
     }
     // Same kernels, same inputs: a difference means the engine file did not round-trip.
     if (pc.max_abs_diff > 1e-5)
       return DataLoss(where + ": the loaded engine differs from the built plan by " + fmt(pc.max_abs_diff));
-    for (const auto& [name, e] : pc.bf16_max_abs_err) {
-      const bool ok = e <= kBf16Tolerance * std::max(1.0, pc.fp32_max_abs[name]);
-      pc.bf16_within_tolerance &= ok;
-      progress(where + ": bf16 vs fp32 output '" + name + "': max abs err " + fmt(e) + " (max |fp32| " + fmt(pc.fp32_max_abs[name]) +
-               ")" + (ok ? "" : " OVER the bf16 tolerance"));
+    for (const auto& [name, e] : pc.lowp_max_abs_err) {
+      const double rel = e / std::max(1.0, pc.fp32_max_abs[name]);
+      const bool ok = rel <= pc.lowp_tolerance;
+      pc.lowp_within_tolerance &= ok;
+      progress(where + ": " + pc.lowp + " vs fp32 output '" + name + "': max abs err " + fmt(e) + " (max |fp32| " + fmt(pc.fp32_max_abs[name]) +
+               ", " + fmt(rel) + " of max(1, max |fp32|))" + (ok ? "" : " OVER the " + pc.lowp + " tolerance " + fmt(pc.lowp_tolerance)));
     }
+    // int8 has a configured tolerance: beyond it the engine is not what the config asked for.
+    if (pc.lowp == "int8" && !pc.lowp_within_tolerance)
+      return FailedPrecondition(where + ": the int8 engine's outputs differ from fp32 beyond calibration.tolerance " + fmt(pc.lowp_tolerance) +
+                                " (see the lines above; keep the layers that lose accuracy in precision_overrides, engine-build --sensitivity ranks them)");
     pc.opt_shapes = bp.profile.shapes_at(ResolvedProfile::Point::kOpt);
     if (benchmark) {
       // A fresh context prepared for the profile (arena for max, kernels for opt), as a user would
@@ -198,8 +228,22 @@ double ProfileCheck::gflops_per_s() const {
   return benchmarked && bench.latency.p50_ms > 0 ? layers.flops.flops / 1e9 / (bench.latency.p50_ms / 1e3) : 0;
 }
 
+double ProfileCheck::peak_fraction(const MatmulPeaks& peaks) const {
+  const double ideal = ideal_ms(layers, peaks);
+  return benchmarked && bench.latency.p50_ms > 0 ? ideal / bench.latency.p50_ms : 0;
+}
+
+std::set<FlopPrecision> used_precisions(const std::vector<ProfileCheck>& checks) {
+  std::set<FlopPrecision> used;
+  for (const auto& c : checks)
+    if (c.benchmarked)
+      for (const auto& t : c.layers.steps)
+        if (t.flops.flops > 0) used.insert(t.precision);
+  return used;
+}
+
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds, double matmul_peak_gflops, const std::map<std::string, std::string>& extra,
+                              double build_seconds, const MatmulPeaks* peaks, const std::map<std::string, std::string>& extra,
                               const std::string& machine_fields) {
   std::ostringstream os;
   os << "{\n  \"engine\": {\"path\": " << json_string(built.engine_path) << ", \"bytes\": " << built.engine_bytes
@@ -210,7 +254,10 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
   os << "  \"machine\": {\"hardware_threads\": " << std::thread::hardware_concurrency() << ", \"omp_threads\": " << omp_get_max_threads()
      << ", \"omp_wait_policy\": " << json_string(policy ? policy : "default")
      << ", \"gomp_spincount\": " << json_string(std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "default");
-  if (matmul_peak_gflops > 0) os << ", \"matmul_peak_gflops_f32\": " << fmt(matmul_peak_gflops);
+  if (peaks)
+    for (int i = 0; i < kFlopPrecisions; ++i)
+      if ((*peaks)[i] > 0)
+        os << ", \"matmul_peak_gflops_" << flop_precision_name(static_cast<FlopPrecision>(i)) << "\": " << fmt((*peaks)[i]);
   os << machine_fields << "},\n";
   os << "  \"fusions\": {\"attention\": {";
   for (size_t i = 0; i < built.profiles.size(); ++i) {
@@ -230,13 +277,15 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
     size_t k = 0;
     for (const auto& [name, s] : c.opt_shapes) os << (k++ ? ", " : "") << json_string(name) << ": " << json_shape(s);
     os << "}";
-    if (!c.bf16_max_abs_err.empty()) {
-      os << ", \"bf16_vs_fp32\": {\"tolerance\": " << fmt(kBf16Tolerance) << ", \"within_tolerance\": "
-         << (c.bf16_within_tolerance ? "true" : "false") << ", \"outputs\": {";
+    if (!c.lowp_max_abs_err.empty()) {
+      os << ", " << json_string(c.lowp + "_vs_fp32") << ": {\"tolerance\": " << fmt(c.lowp_tolerance) << ", \"within_tolerance\": "
+         << (c.lowp_within_tolerance ? "true" : "false");
+      if (c.lowp == "int8") os << ", \"holdout_batches\": " << c.holdout_batches;
+      os << ", \"outputs\": {";
       size_t j = 0;
-      for (const auto& [name, e] : c.bf16_max_abs_err)
+      for (const auto& [name, e] : c.lowp_max_abs_err)
         os << (j++ ? ", " : "") << json_string(name) << ": {\"max_abs_err\": " << fmt(e) << ", \"max_abs_fp32\": "
-           << fmt(c.fp32_max_abs.at(name)) << "}";
+           << fmt(c.fp32_max_abs.at(name)) << ", \"relative_err\": " << fmt(e / std::max(1.0, c.fp32_max_abs.at(name))) << "}";
       os << "}}";
     }
     if (c.benchmarked) {
@@ -246,8 +295,8 @@ std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, 
       // FLOPs: profiles/flop_count.h (what is counted; upper bound when a mask hid keys from the count).
       os << ", \"gflop\": " << fmt(c.layers.flops.flops / 1e9) << ", \"gflop_upper_bound\": " << (c.layers.flops.upper_bound ? "true" : "false")
          << ", \"gflops_per_s\": " << fmt(c.gflops_per_s());
-      if (matmul_peak_gflops > 0) os << ", \"peak_fraction\": " << fmt(c.gflops_per_s() / matmul_peak_gflops);
-      os << ", \"profiled_run_ms\": " << fmt(c.layers.run_ms) << ", " << layer_summary_json(c.layers, 15);
+      if (peaks) os << ", \"peak_fraction\": " << fmt(c.peak_fraction(*peaks));
+      os << ", \"profiled_run_ms\": " << fmt(c.layers.run_ms) << ", " << layer_summary_json(c.layers, 15, peaks);
       os << ", \"samples_ms\": [";
       for (size_t k = 0; k < c.bench.samples_ms.size(); ++k) os << (k ? ", " : "") << fmt(c.bench.samples_ms[k]);
       os << "], " << all_layers_json(c.layers);

@@ -11,6 +11,7 @@
 #include "builder/engine_build_job.h"
 #include "profiles/benchmark.h"
 #include "profiles/layer_profile.h"
+#include "profiles/matmul_peak.h"
 #include "runtime/engine.h"
 
 namespace kiln {
@@ -27,10 +28,17 @@ struct ProfileCheck {
   std::string trace_path;              // a Chrome trace of the profiled run, when one was written
   // Counted FLOPs at opt over the p50 latency (0 if not benchmarked).
   double gflops_per_s() const;
-  // precision bf16: per output, the largest |bf16 - fp32| over the validation points, the largest
-  // |fp32| (the scale the tolerance is relative to), and whether every output is within tolerance.
-  std::map<std::string, double> bf16_max_abs_err, fp32_max_abs;
-  bool bf16_within_tolerance = true;
+  // The roofline fraction: the time the counted FLOPs take at each one's own precision's peak,
+  // over the p50 latency (0 if not benchmarked or a used precision has no peak).
+  double peak_fraction(const MatmulPeaks& peaks) const;
+  // precision bf16 / int8 ("lowp"): per output, the largest |lowp - fp32| over the validation
+  // points (and for int8 the held-out batches), the largest |fp32| (the scale the tolerance is
+  // relative to), and whether every output is within tolerance.
+  std::string lowp;  // "bf16", "int8" or "" (fp32 engine)
+  double lowp_tolerance = 0;
+  std::map<std::string, double> lowp_max_abs_err, fp32_max_abs;
+  bool lowp_within_tolerance = true;
+  int holdout_batches = 0;  // int8: held-out batches compared beyond the validation points
 };
 
 // bf16 outputs may differ from fp32 by this fraction of max(1, max |fp32 output|) (README: bf16).
@@ -43,12 +51,15 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> generate_profile_inputs(
 StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const BuildResult& built, const BuildConfig& cfg,
                                                  bool benchmark, const std::function<void(const std::string&)>& progress);
 
-// engine-build's REPORT.json. matmul_peak_gflops <= 0: not measured (no peak_fraction). `extra`
-// maps further top-level keys to JSON values (e.g. "streaming"); `machine_fields` is appended to
-// the "machine" object (", \"key\": value, ..."). A benchmarked profile lists every timed
-// iteration ("samples_ms") and every step of the profiled runs ("all_layers").
+// The precisions the benchmarked profiles' counted FLOPs ran in (what measure_matmul_peaks needs).
+std::set<FlopPrecision> used_precisions(const std::vector<ProfileCheck>& checks);
+
+// engine-build's REPORT.json. peaks null: not measured (no peak fractions). `extra` maps further
+// top-level keys to JSON values (e.g. "streaming"); `machine_fields` is appended to the "machine"
+// object (", \"key\": value, ..."). A benchmarked profile lists every timed iteration
+// ("samples_ms") and every step of the profiled runs ("all_layers").
 std::string build_report_json(const BuildResult& built, const BuildConfig& cfg, const std::vector<ProfileCheck>& checks,
-                              double build_seconds, double matmul_peak_gflops = 0,
+                              double build_seconds, const MatmulPeaks* peaks = nullptr,
                               const std::map<std::string, std::string>& extra = {}, const std::string& machine_fields = "");
 
 }  // namespace kiln

@@ -64,6 +64,21 @@ FlopCount attention_flops(const PlanStep& step, std::span<const TensorView> in) 
 
 }  // namespace
 
+const char* flop_precision_name(FlopPrecision p) {
+  static const char* const kNames[kFlopPrecisions] = {"f32", "bf16", "int8"};
+  return kNames[static_cast<int>(p)];
+}
+
+FlopPrecision step_precision(const PlanStep& step, std::string_view kernel_impl) {
+  if (!is_kernel_domain(step.domain)) {
+    const std::string precision = attr_string(step, "precision", "fp32");
+    return precision == "bf16" ? FlopPrecision::kBf16 : precision == "int8" ? FlopPrecision::kInt8 : FlopPrecision::kF32;
+  }
+  if (kernel_impl.find("int8") != std::string_view::npos) return FlopPrecision::kInt8;
+  if (kernel_impl.find("bf16") != std::string_view::npos) return FlopPrecision::kBf16;
+  return FlopPrecision::kF32;
+}
+
 FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::span<const TensorView> out) {
   if (step.domain == "kiln" && step.op_type == "Attention") return attention_flops(step, in);
   if (!is_kernel_domain(step.domain) || in.size() < 2 || out.empty()) return {};

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "runtime/execution_context.h"
@@ -23,6 +24,15 @@ struct FlopCount {
   double flops = 0;
   bool upper_bound = false;  // a mask hides keys the count could not see
 };
+
+// The arithmetic a step's counted FLOPs run in, which names the peak they are measured against
+// (profiles/matmul_peak.h): a bf16 matmul at the f32 peak would read as "134 % of peak".
+enum class FlopPrecision { kF32 = 0, kBf16 = 1, kInt8 = 2 };
+constexpr int kFlopPrecisions = 3;
+const char* flop_precision_name(FlopPrecision p);  // "f32", "bf16", "int8"
+// By the kernel that ran the step (`kernel_impl`, e.g. "onednn_bf16"; a kernel that fell back to
+// "reference" is f32), and for plugins by their `precision` field.
+FlopPrecision step_precision(const PlanStep& step, std::string_view kernel_impl);
 
 // `inputs` and `outputs` are the step's values with their shapes; input data is read only for a
 // bool attention mask, and only when its view has data (pass a view without data otherwise).

@@ -76,6 +76,7 @@ StatusOr<LayerProfile> profile_layers(ExecutionContext& ctx, int runs) {
     for (int v : step.inputs) t.inputs.push_back(v >= 0 ? describe(ctx.value(v)) : "");
     for (int v : step.outputs) t.outputs.push_back(describe(ctx.value(v)));
     t.flops = flops[s];
+    t.precision = step_precision(step, ctx.kernel(s).impl_name());
     p.steps.push_back(std::move(t));
   }
   p.flops = total_flops(flops);
@@ -108,6 +109,35 @@ std::vector<std::pair<std::string, double>> gflop_by_op_type(const LayerProfile&
   return out;
 }
 
+std::array<double, kFlopPrecisions> gflop_by_precision(const LayerProfile& p) {
+  std::array<double, kFlopPrecisions> g{};
+  for (const auto& s : p.steps) g[static_cast<int>(s.precision)] += s.flops.flops / 1e9;
+  return g;
+}
+
+double ideal_ms(const LayerProfile& p, const std::array<double, kFlopPrecisions>& peak_gflops, const std::string& op_type) {
+  double ms = 0;
+  for (const auto& s : p.steps) {
+    if (s.flops.flops <= 0 || (!op_type.empty() && s.op_type != op_type)) continue;
+    const double peak = peak_gflops[static_cast<int>(s.precision)];
+    if (peak <= 0) return 0;
+    ms += s.flops.flops / 1e9 / peak * 1e3;
+  }
+  return ms;
+}
+
+std::vector<std::pair<std::string, double>> peak_fraction_by_op_type(const LayerProfile& p,
+                                                                     const std::array<double, kFlopPrecisions>& peak_gflops) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [op, gflop] : gflop_by_op_type(p)) {
+    double ms = 0;
+    for (const auto& s : p.steps) ms += s.op_type == op ? s.ms : 0;
+    const double ideal = ideal_ms(p, peak_gflops, op);
+    if (ms > 0 && ideal > 0) out.emplace_back(op, ideal / ms);
+  }
+  return out;
+}
+
 std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair<std::string, std::string>>& other_data) {
   std::ostringstream os;
   os << "{\"traceEvents\": [";
@@ -117,7 +147,8 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
        << ", \"ph\": \"X\", \"ts\": " << micros(s.begin_ms) << ", \"dur\": " << micros(s.ms) << ", \"pid\": 1, \"tid\": 1"
        << ", \"args\": {\"op_type\": " << json_string(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
        << ", \"outputs\": " << json_list(s.outputs);
-    if (s.flops.flops > 0) os << ", \"gflop\": " << num(s.flops.flops / 1e9);
+    if (s.flops.flops > 0)
+      os << ", \"gflop\": " << num(s.flops.flops / 1e9) << ", \"precision\": " << json_string(flop_precision_name(s.precision));
     os << "}}";
   }
   os << "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {";
@@ -127,7 +158,7 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
   return os.str();
 }
 
-std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
+std::string layer_summary_json(const LayerProfile& p, size_t top_n, const std::array<double, kFlopPrecisions>* peak_gflops) {
   std::ostringstream os;
   os << "\"layers\": [";
   size_t k = 0;
@@ -140,7 +171,18 @@ std::string layer_summary_json(const LayerProfile& p, size_t top_n) {
   os << "}, \"gflop_by_op_type\": {";
   k = 0;
   for (const auto& [op, gflop] : gflop_by_op_type(p)) os << (k++ ? ", " : "") << json_string(op) << ": " << num(gflop);
+  os << "}, \"gflop_by_precision\": {";
+  k = 0;
+  const auto by_precision = gflop_by_precision(p);
+  for (int i = 0; i < kFlopPrecisions; ++i)
+    if (by_precision[i] > 0) os << (k++ ? ", " : "") << json_string(flop_precision_name(static_cast<FlopPrecision>(i))) << ": " << num(by_precision[i]);
   os << "}";
+  if (peak_gflops) {
+    os << ", \"peak_fraction_by_op_type\": {";
+    k = 0;
+    for (const auto& [op, f] : peak_fraction_by_op_type(p, *peak_gflops)) os << (k++ ? ", " : "") << json_string(op) << ": " << num(f);
+    os << "}";
+  }
   return os.str();
 }
 

@@ -1,5 +1,5 @@
 // engine-build: YAML config -> engine file, loaded back, validated and benchmarked per profile.
-//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]
+//   engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--sensitivity] [--set KEY=VALUE ...]
 //                [--record DB [--label NAME]] [--enforce-budget]
 #include <omp.h>
 
@@ -13,11 +13,13 @@
 
 #include "builder/build_config.h"
 #include "builder/engine_build_job.h"
+#include "builder/quantization/calibration.h"
 #include "profiles/engine_check.h"
 #include "profiles/history/provenance.h"
 #include "profiles/history/recorder.h"
 #include "profiles/history/report_json.h"
 #include "profiles/matmul_peak.h"
+#include "profiles/sensitivity.h"
 #include "profiles/streaming_check.h"
 #include "builder/tactics/tactic_selection.h"
 #include "runtime/engine.h"
@@ -28,21 +30,27 @@ namespace kiln {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--set KEY=VALUE ...]\n"
+    "usage: engine-build CONFIG.yaml [--output ENGINE] [--report REPORT.json] [--no-bench] [--sensitivity] [--set KEY=VALUE ...]\n"
     "                    [--record DB [--label NAME]] [--enforce-budget]\n"
     "  CONFIG.yaml         the build config (see README.md); relative paths in it are relative to its folder\n"
     "  --output ENGINE     the engine file to write (default: the config's `output`)\n"
     "  --report FILE       the report to write (default: ENGINE.report.json)\n"
     "  --no-bench          build, load back and validate only; no benchmark\n"
+    "  --sensitivity       precision int8 only: build, then rank the int8 steps by the output error each causes alone\n"
+    "                      (and left out alone) on held-out inputs of the calibration profile, print the ranking and\n"
+    "                      write it to ENGINE.sensitivity.json instead of checking and benchmarking the engine\n"
     "  --set KEY=VALUE     override a config key by dotted path (VALUE is YAML), e.g. --set benchmark.iterations=20 (repeatable)\n"
     "  --record DB         store the benchmark run in the history file DB (engine-perf reads it); also history.db\n"
     "  --label NAME        label the recorded run (engine-perf compare takes labels); also history.label\n"
-    "  --enforce-budget    exit non-zero when a profile's p99 misses its budget; also benchmark.enforce_budget\n";
+    "  --enforce-budget    exit non-zero when a profile's p99 misses its budget; also benchmark.enforce_budget\n"
+    "  environment: KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_vnni|avx512_core_bf16|avx512_core_amx caps kiln's kernels\n"
+    "  (and oneDNN's unless DNNL_MAX_CPU_ISA is set, which alone caps both) to the instruction sets of a smaller CPU\n";
 
 struct Args {
   std::string config, output, report, record_db, label;
   bool bench = true;
   bool enforce_budget = false;
+  bool sensitivity = false;
   std::vector<std::pair<std::string, std::string>> overrides;
   RunOptions run;   // memory cap and scheduling; plugins come from the config's plugins: {load}
 };
@@ -63,6 +71,7 @@ StatusOr<Args> parse_args(int argc, char** argv) {
     else if (s == "--record") { KILN_ASSIGN_OR_RETURN(a.record_db, value()); }
     else if (s == "--label") { KILN_ASSIGN_OR_RETURN(a.label, value()); }
     else if (s == "--enforce-budget") a.enforce_budget = true;
+    else if (s == "--sensitivity") a.sensitivity = true;
     else if (s == "--set") {
       KILN_ASSIGN_OR_RETURN(std::string kv, value());
       const size_t eq = kv.find('=');
@@ -89,13 +98,38 @@ void progress(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Per profile: the compute rate against the machine's matmul peak and the slowest layers.
-void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gflops) {
+// "f32 360, bf16 880" for the measured peaks.
+std::string peaks_text(const MatmulPeaks& peaks) {
+  std::string s;
+  for (int i = 0; i < kFlopPrecisions; ++i)
+    if (peaks[i] > 0) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s%s %.0f", s.empty() ? "" : ", ", flop_precision_name(static_cast<FlopPrecision>(i)), peaks[i]);
+      s += buf;
+    }
+  return s;
+}
+
+// Per profile: the compute rate against the peak of each step's own precision, and the slowest
+// layers.
+void print_layer_summary(const std::vector<ProfileCheck>& checks, const MatmulPeaks& peaks) {
   for (const auto& c : checks) {
     if (!c.benchmarked) continue;
-    std::printf("\nprofile '%s': %.2f GFLOP at opt%s, GFLOP/s %.1f of peak %.1f (%.0f%%); slowest layers of a profiled run (%.1f ms):\n",
-                c.profile.c_str(), c.layers.flops.flops / 1e9, c.layers.flops.upper_bound ? " (upper bound)" : "", c.gflops_per_s(),
-                peak_gflops, peak_gflops > 0 ? 100.0 * c.gflops_per_s() / peak_gflops : 0.0, c.layers.run_ms);
+    std::string split;
+    const auto by_precision = gflop_by_precision(c.layers);
+    int used = 0;
+    for (int i = 0; i < kFlopPrecisions; ++i) used += by_precision[i] > 0;
+    for (int i = 0; i < kFlopPrecisions && used > 1; ++i)
+      if (by_precision[i] > 0) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, "%s%.3g %s", split.empty() ? " (" : ", ", by_precision[i], flop_precision_name(static_cast<FlopPrecision>(i)));
+        split += buf;
+      }
+    if (!split.empty()) split += ")";
+    std::printf("\nprofile '%s': %.2f GFLOP at opt%s%s, GFLOP/s %.1f, %.0f%% of the peak of each FLOP's precision (GFLOP/s: %s); "
+                "slowest layers of a profiled run (%.1f ms):\n",
+                c.profile.c_str(), c.layers.flops.flops / 1e9, c.layers.flops.upper_bound ? " (upper bound)" : "", split.c_str(),
+                c.gflops_per_s(), 100.0 * c.peak_fraction(peaks), peaks_text(peaks).c_str(), c.layers.run_ms);
     for (size_t i : slowest_steps(c.layers, 5)) {
       const LayerTiming& t = c.layers.steps[i];
       std::printf("  %8.2f ms  %-16s %s\n", t.ms, t.op_type.c_str(), t.name.c_str());
@@ -114,9 +148,10 @@ void print_layer_summary(const std::vector<ProfileCheck>& checks, double peak_gf
       if (gflop < 0.05 * c.layers.flops.flops / 1e9 / 100) continue;  // under 0.05% of the total: noise
       double ms = 0;
       for (const auto& t : c.layers.steps) ms += t.op_type == op ? t.ms : 0;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%s%s %.3g GFLOP in %.3g ms = %.3g GFLOP/s", rates.empty() ? "" : ", ", op.c_str(), gflop, ms,
-                    ms > 0 ? gflop / ms * 1e3 : 0.0);
+      char buf[160];
+      const double ideal = ideal_ms(c.layers, peaks, op);
+      std::snprintf(buf, sizeof buf, "%s%s %.3g GFLOP in %.3g ms = %.3g GFLOP/s (%.0f%% of peak)", rates.empty() ? "" : ", ", op.c_str(), gflop,
+                    ms, ms > 0 ? gflop / ms * 1e3 : 0.0, ms > 0 ? 100.0 * ideal / ms : 0.0);
       rates += buf;
     }
     std::printf("  compute rate in the profiled run: %s\n", rates.c_str());
@@ -154,6 +189,28 @@ void print_streaming(const StreamingResult& s, const std::vector<ProfileCheck>& 
   if (full && step && full != step && step->bench.latency.p50_ms > 0)
     std::printf("profile '%s' p50 is %.2fx faster than profile '%s' p50\n", step->profile.c_str(),
                 full->bench.latency.p50_ms / step->bench.latency.p50_ms, full->profile.c_str());
+}
+
+// --sensitivity: the int8 steps of the calibration profile ranked by the error each costs.
+Status run_sensitivity(const BuildConfig& cfg, const BuildResult& built, const std::string& engine_name) {
+  if (cfg.precision != "int8") return InvalidArgument(cfg.config_path + ": --sensitivity needs precision: int8 (got " + cfg.precision + ")");
+  const std::string& want = cfg.calibration.profile.empty() ? cfg.profiles.front().name : cfg.calibration.profile;
+  for (const auto& bp : built.profiles) {
+    if (bp.profile.name != want || !bp.fp32_plan) continue;
+    KILN_ASSIGN_OR_RETURN(SensitivityResult r, rank_int8_sensitivity(*bp.plan, *bp.fp32_plan, want, bp.profile.shapes_at(ResolvedProfile::Point::kOpt),
+                                                                    cfg, progress));
+    std::printf("\nint8 sensitivity, profile '%s' (error = max over outputs of max |x - fp32| / max(1, max |fp32|), %d held-out batch(es)):\n"
+                "all steps int8: %.4g\n%4s  %-48s %12s %12s\n", want.c_str(), r.batches, r.all_int8, "rank", "step", "alone int8", "all but it");
+    for (size_t i = 0; i < r.layers.size(); ++i)
+      std::printf("%4zu  %-48s %12.4g %12.4g\n", i + 1, r.layers[i].step.c_str(), r.layers[i].alone, r.layers[i].all_but);
+    const std::string path = engine_name + ".sensitivity.json";
+    std::ofstream f(path);
+    f << sensitivity_json(r);
+    if (!f) return IoError("cannot write '" + path + "'");
+    std::printf("\nsensitivity: %s (keep the top steps out of int8 with precision_overrides: {STEP: bf16})\n", path.c_str());
+    return Status::Ok();
+  }
+  return Internal("--sensitivity: no fp32 plan of the calibration profile '" + want + "'");
 }
 
 // The budget gate: one line per profile (and the streaming loop) whose p99 misses its budget.
@@ -213,9 +270,15 @@ Status run(Args& args) {
     if (std::filesystem::equivalent(theirs, final_output, same_ec))
       return InvalidArgument("output '" + final_output + "' is '" + theirs + "' itself; refusing to overwrite it");
   }
-  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{}));
+  const CalibrateHook calibrate_hook = [&](const Plan& fp32_plan, const ResolvedProfile& rp) -> StatusOr<std::map<std::string, float>> {
+    KILN_ASSIGN_OR_RETURN(CalibrationResult r, calibrate(fp32_plan, rp.name, rp.shapes_at(ResolvedProfile::Point::kOpt), cfg, progress));
+    return r.a_scale;
+  };
+  KILN_ASSIGN_OR_RETURN(BuildResult built, build_engine(cfg, progress, cfg.select_tactics ? tactic_selection_hook(cfg, cache, progress, &tactics) : PlanHook{},
+                                                        calibrate_hook));
   if (!cfg.timing_cache.empty()) KILN_RETURN_IF_ERROR(cache.save(cfg.timing_cache));
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (args.sensitivity) return run_sensitivity(cfg, built, final_output);
 
   progress("loading " + built.engine_path + " back through the runtime loader");
   KILN_ASSIGN_OR_RETURN(auto engine, Engine::load_file(built.engine_path, args.run.load));
@@ -225,13 +288,17 @@ Status run(Args& args) {
     for (const auto& p : c.points) pts += (pts.empty() ? "" : "/") + p;
     progress("profile '" + c.profile + "': loaded engine matches the built plan at " + pts + " shapes");
   }
-  double peak_gflops = 0;
+  MatmulPeaks peaks{};
   if (args.bench) {
-    progress("measuring the f32 matmul peak (1024^3 sgemm through the oneDNN MatMul kernel, best of 20)");
-    KILN_ASSIGN_OR_RETURN(MatmulPeak peak, measure_matmul_peak());
-    peak_gflops = peak.gflops;
+    std::set<FlopPrecision> used = used_precisions(checks);
+    used.insert(FlopPrecision::kF32);
+    std::string names;
+    for (FlopPrecision p : used) names += std::string(names.empty() ? "" : ", ") + flop_precision_name(p);
+    progress("measuring the matmul peak of each precision the engine's FLOPs run in (" + names +
+             "): 1024^3 through kiln's matmul kernel of that precision, best of 20");
+    KILN_ASSIGN_OR_RETURN(peaks, measure_matmul_peaks(used));
     print_table(checks);
-    print_layer_summary(checks, peak_gflops);
+    print_layer_summary(checks, peaks);
   }
   std::map<std::string, std::string> extra;
   if (cfg.select_tactics) extra["tactics"] = tactics_report_json(tactics);
@@ -269,7 +336,7 @@ Status run(Args& args) {
   }
   extra["schema_version"] = std::to_string(history::kReportSchemaVersion);
   extra["run"] = history::run_section_json(prov);
-  std::string text = build_report_json(built, cfg, checks, build_seconds, peak_gflops, extra, history::machine_fields_json(prov.machine));
+  std::string text = build_report_json(built, cfg, checks, build_seconds, args.bench ? &peaks : nullptr, extra, history::machine_fields_json(prov.machine));
   const double prov_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prov_t0).count();
   {
     std::ofstream f(report);

@@ -171,11 +171,17 @@ bool match_root(Graph& g, Node& n, int* a, int* w, int* bias) {
   if (!wv.is_constant() || wv.constant.dtype() != DType::kFloat32 || wv.constant.shape().rank() != 2) return false;
   const SymShape* as = g.values[*a].shape ? &*g.values[*a].shape : nullptr;
   if (as && as->empty()) return false;
-  if (n.op_type == "MatMul") return n.inputs.size() == 2 && n.attrs.empty();
+  // a_scale / w_scale: the int8 scales qdq_matmul_fusion found, carried to the FusedMatMul.
+  auto int8_attr = [](const std::string& name) { return name == "a_scale" || name == "w_scale"; };
+  if (n.op_type == "MatMul") {
+    for (const auto& [name, attr] : n.attrs)
+      if (!int8_attr(name)) return false;
+    return n.inputs.size() == 2;
+  }
   if (n.op_type != "Gemm" || !as) return false;
   // Anything else (opset-6 'broadcast') is left to the Gemm kernel, which rejects what it does not know.
   for (const auto& [name, attr] : n.attrs)
-    if (name != "alpha" && name != "beta" && name != "transA" && name != "transB") return false;
+    if (name != "alpha" && name != "beta" && name != "transA" && name != "transB" && !int8_attr(name)) return false;
   auto attr = [&](const char* name, double def) {
     auto it = n.attrs.find(name);
     if (it == n.attrs.end()) return def;
@@ -233,6 +239,8 @@ Status matmul_epilogue_fusion(Graph& g, PassContext& ctx) {
     while (!f.inputs.empty() && f.inputs.back() < 0) f.inputs.pop_back();
     f.outputs = {cur};
     f.attrs["activation"] = Attribute::String(act);
+    for (const char* q : {"a_scale", "w_scale"})
+      if (auto it = g.nodes[idx].attrs.find(q); it != g.nodes[idx].attrs.end()) f.attrs[q] = it->second;
     for (Node* n : chain) {
       f.replaced_nodes.push_back(n->name);
       n->removed = true;

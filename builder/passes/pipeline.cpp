@@ -10,6 +10,11 @@ const std::vector<Pass>& pass_pipeline() {
        identity_elimination},
       {"shape_inference", "propagate dtypes and (symbolic) shapes so folding and fusions can reason about them",
        shape_inference},
+      {"qdq_matmul_fusion",
+       "give each MatMul/Gemm between QuantizeLinear/DequantizeLinear pairs (an explicitly quantized model) its "
+       "input before quantization, its dequantized weights and the scales, so it runs on the int8 kernel with the "
+       "model's own scales; before constant_folding, which would fold the weights' DequantizeLinear and lose them",
+       qdq_matmul_fusion},
       {"constant_folding",
        "evaluate nodes whose inputs are constant, Size of values whose shape is known, and shape arithmetic "
        "whose elements shape inference knows (Shape of a known shape, or the static dims of one with a ranged "

@@ -44,6 +44,7 @@ Status bf16_lowering(Plan& plan, PlanPassContext& ctx) {
       }
       continue;
     }
+    if (step.impl == "onednn_int8") continue;  // quantized by the model itself (QDQ)
     bool has_bf16 = false;
     for (const KernelEntry* e : reg.implementations(step.op_type)) has_bf16 |= e->impl == "onednn_bf16";
     if (has_bf16) step.impl = "onednn_bf16";

@@ -1,4 +1,5 @@
 #include "builder/plan/build_plan.h"
+#include "builder/plan/int8_lowering.h"
 
 #include "builder/build_profile.h"
 
@@ -129,6 +130,7 @@ StatusOr<std::shared_ptr<Plan>> lower_to_plan(const Graph& g) {
     step.domain = n.domain;
     step.attrs = n.attrs;
     if (!is_kernel_domain(n.domain)) KILN_RETURN_IF_ERROR(lower_plugin_node(g, n, step));
+    step.impl = explicit_int8_impl(step);  // a QDQ model's quantized matmuls (qdq_matmul_fusion)
     step.replaced_nodes = n.replaced_nodes;
     for (int i : n.inputs) step.inputs.push_back(map_value(i));
     for (int o : n.outputs) step.outputs.push_back(map_value(o));

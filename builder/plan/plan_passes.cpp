@@ -15,9 +15,14 @@ const std::vector<PlanPass>& plan_pass_pipeline() {
        "declare one (configuring them again); keeps the fp32 plan as the reference the build report measures bf16 "
        "against; after plugin_configuration so that reference is configured too",
        bf16_lowering},
+      {"int8_lowering",
+       "with precision int8, run every FusedMatMul whose activation has a calibrated scale on the int8 kernel, then pin "
+       "the steps precision_overrides name to fp32 or bf16 (configuring plugins again); after bf16_lowering, so the "
+       "steps int8 leaves keep bf16 where the CPU has it",
+       int8_lowering},
       {"tactic_selection",
        "time each step's candidate kernels at the profile's opt shapes (or take them from the timing cache) and keep "
-       "the fastest; after bf16_lowering, since candidates keep the step's precision",
+       "the fastest; after the precision lowerings, since candidates keep the step's precision",
        tactic_selection},
       {"winograd_layout",
        "keep the values flowing only between Winograd FusedConvs in oneDNN's nChw16c layout, which their kernels compute "

@@ -30,7 +30,9 @@ inline const std::set<std::string> kBoolOut = {"Equal", "Less", "Greater", "Less
 inline const std::set<std::string> kDataIndependent = {
     "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "MatMul",
     "Gemm", "Flatten", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Cast", "CastLike", "ArgMax",
-    "ArgMin", "DepthToSpace", "SpaceToDepth", "ScatterElements", "ScatterND", "Einsum", "Size", "Shape"};
+    "ArgMin", "DepthToSpace", "SpaceToDepth", "ScatterElements", "ScatterND", "Einsum", "Size", "Shape",
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul", "ConvInteger",
+    "QLinearConv"};
 // Ops whose shape-describing inputs are inputs 1.. (input 0 is data): safe when those are constant.
 inline const std::set<std::string> kShapeInputsAfterFirst = {
     "Reshape", "Expand", "Slice", "Tile", "Unsqueeze", "Squeeze", "Pad", "Split", "ReduceSum", "ReduceMean",

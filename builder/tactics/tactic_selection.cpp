@@ -168,14 +168,17 @@ using InputSource = std::function<StatusOr<Tensor>(size_t index, const std::stri
 StatusOr<std::vector<TacticDecision>> select(Plan& plan, const InputSource& input_for, TimingCache& cache, const KernelRegistry& registry) {
   std::vector<TacticDecision> decisions;
   // Candidates keep the step's precision: precision is the config's choice (bf16 kernels only
-  // where `precision: bf16` put them), tactics only pick among kernels of that precision.
-  auto is_bf16 = [](const std::string& impl) { return impl.find("bf16") != std::string::npos; };
+  // where `precision: bf16` put them, int8 ones where calibration did), tactics only pick among
+  // kernels of that precision.
+  auto precision_of = [](const std::string& impl) {
+    return impl.find("int8") != std::string::npos ? 2 : impl.find("bf16") != std::string::npos ? 1 : 0;
+  };
   // Kernels needing CPU features this machine lacks are not candidates (and so not in cache keys).
   const uint64_t host = host_cpu_features();
   auto candidates = [&](const PlanStep& step) {
     std::vector<const KernelEntry*> out;
     for (const auto* e : registry.implementations(step.op_type))
-      if (is_bf16(e->impl) == is_bf16(step.impl) && (e->cpu_features & ~host) == 0) out.push_back(e);
+      if (precision_of(e->impl) == precision_of(step.impl) && (e->cpu_features & ~host) == 0) out.push_back(e);
     return out;
   };
   std::vector<size_t> candidates_steps;

@@ -24,17 +24,25 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t aligned_bytes(int64_t n) { return static_cast<size_t>(round_up(n, static_cast<int64_t>(kAlign))); }
 
-bool cpu_has_avx512() { return cpu_info().avx512; }
-bool cpu_has_amx_bf16() { return cpu_info().amx_bf16; }
+// What runs: the host's features under KILN_MAX_CPU_ISA (runtime/cpu_features.h), and under a
+// further cap tests may set (a machine with AMX runs the AVX512_BF16 path that way).
+std::atomic<int> g_test_cap{static_cast<int>(CpuIsa::kAll)};
+bool test_allows(CpuIsa isa) { return static_cast<int>(isa) <= g_test_cap.load(std::memory_order_relaxed); }
+bool cpu_has_avx512() { return cpu_info().avx512 && test_allows(CpuIsa::kAvx512Core); }
+// AVX512_BF16's vdpbf16ps (bf16 pair dot products into f32 lanes).
+bool cpu_has_avx512_bf16() { return cpu_info().avx512_bf16 && test_allows(CpuIsa::kAvx512CoreBf16); }
+bool cpu_has_amx_bf16() { return cpu_info().amx_bf16 && test_allows(CpuIsa::kAvx512CoreAmx); }
 
 std::atomic<bool> g_avx512_allowed{true};
 std::atomic<bool> g_stationary_allowed{true};
 
-// bf16 runs on AMX; without it the f32 path runs (AVX512_BF16's vdpbf16ps alone is not used: on
-// the Xeon it was measured on, it ran at half the rate of f32 FMA in flops).
+// bf16 runs on AMX where there is AMX, else on AVX512_BF16's vdpbf16ps (twice FMA's products per
+// instruction; K/V converted once per (batch, head) also halves what the tiles read); a CPU with
+// neither runs the f32 path.
 TileOps tile_ops(const Params& p) {
   if (!g_avx512_allowed.load(std::memory_order_relaxed) || !cpu_has_avx512()) return avx2_tile_ops();
   if (p.precision == Precision::kBf16 && cpu_has_amx_bf16()) return amx_bf16_tile_ops();
+  if (p.precision == Precision::kBf16 && cpu_has_avx512_bf16()) return avx512_bf16_tile_ops();
   return avx512_tile_ops();
 }
 
@@ -54,6 +62,17 @@ struct Problem {
   const void* kpacked;  // K and V from TileOps::pack_head, or null
   const void* vpacked;
 
+  // The K (t = 0) or V (t = 1) rows of keys k0 on, as pack_head reads a head's.
+  HeadRows rows_from(int t, int64_t k0) const {
+    const float* const* base = t ? v : k;
+    HeadRows r;
+    r.row[0] = kv_row[0];
+    r.row[1] = kv_row[1];
+    r.split = std::max<int64_t>(0, g->Sc - k0);
+    r.base[0] = k0 < g->Sc ? base[0] + k0 * kv_row[0] : nullptr;
+    r.base[1] = base[1] + std::max<int64_t>(0, k0 - g->Sc) * kv_row[1];
+    return r;
+  }
   const float* row(const float* const* base, int64_t j) const {
     return j < g->Sc ? base[0] + j * kv_row[0] : base[1] + (j - g->Sc) * kv_row[1];
   }
@@ -244,6 +263,14 @@ void key_rows(const Problem& pr, int64_t k0, int64_t nk, const float** krow, con
   }
 }
 
+// The bf16 operands of key tile [k0, k0 + nk) where heads are not packed whole
+// (TileOps::packs_key_tiles): its K and V converted into sc.ktile / vtile, addressed from k0 = 0.
+KeyTile pack_key_tile(const Problem& pr, const TileOps& ops, const Scratch& sc, const float* const* krow, const float* const* vrow,
+                      int64_t nk, int64_t k0) {
+  ops.pack_head(pr.rows_from(0, k0), pr.rows_from(1, k0), nk, pr.g->Dh, sc.ktile, sc.vtile);
+  return KeyTile{krow, vrow, nk, sc.ktile, sc.vtile, 0};
+}
+
 // Rows [q0, q0 + nq) of a query tile against every key tile, queries on the vector lanes.
 // `classes` (or null) are the tile classes of this query tile's row of the mask summary.
 void lane_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t q0, int64_t nq, const uint8_t* classes) {
@@ -271,7 +298,8 @@ void lane_rows(const Problem& pr, const TileOps& ops, const Scratch& sc, int64_t
     if (explicit_mask && !explicit_tile_visible(pr, classes, ops.key_tile, q0, nq, k0, nk, bits, &cover)) continue;
     key_rows(pr, k0, nk, krow, vrow);
     for (int64_t j = nk; j < nkp; ++j) krow[j] = vrow[j] = sc.zero;
-    const KeyTile kt{krow, vrow, nk, pr.kpacked, pr.vpacked, k0};
+    KeyTile kt{krow, vrow, nk, pr.kpacked, pr.vpacked, k0};
+    if (ops.pack_head && !pr.kpacked) kt = pack_key_tile(pr, ops, sc, krow, vrow, nk, k0);
     ops.score(kt, sc, nqp, Dh);
     if (explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all))
       apply_explicit_mask(pr, sc.s, q0, nq, k0, nk, bits);
@@ -361,11 +389,14 @@ struct QueryTiling {
   int64_t rows(int64_t t) const { return lane_end(t) - lane_begin(t) + (t + 1 == tiles ? few : 0); }
 };
 
-QueryTiling query_tiling(const TileOps& ops, int64_t Sq, bool packed_heads) {
+QueryTiling query_tiling(const TileOps& ops, int64_t Sq) {
   QueryTiling q;
   if (Sq <= 0) return q;
   const int64_t tail = Sq % ops.query_pad;
-  q.few = ops.few_score && !packed_heads && tail <= kFewRows ? tail : 0;
+  // The bf16 paths (those packing heads) keep the tail on the lanes unless every row is in it
+  // (decoding): a few f32 rows beside bf16 ones would make a query's result depend on where the
+  // tiles cut, and full(T) differ from full(T-1) + one step by bf16 rounding, not 1e-6.
+  q.few = ops.few_score && tail <= kFewRows && (!ops.pack_head || tail == Sq) ? tail : 0;
   q.lane_rows = Sq - q.few;
   q.tiles = std::max<int64_t>(1, (q.lane_rows + kTq - 1) / kTq);
   return q;
@@ -406,7 +437,8 @@ int64_t stationary_slots(const Geometry& g) {
 // path packs whole heads already), at least two query tiles of lane rows and at most
 // kMaxStationaryTiles of them.
 bool uses_stationary_heads(const TileOps& ops, const Geometry& g, const QueryTiling& qt, bool packed_heads) {
-  return g_stationary_allowed.load(std::memory_order_relaxed) && !packed_heads && !ops.pack_head && qt.lane_rows > kTq &&
+  return g_stationary_allowed.load(std::memory_order_relaxed) && !packed_heads && (!ops.pack_head || ops.packs_key_tiles) &&
+         qt.lane_rows > kTq &&
          qt.tiles + 1 <= std::min(kMaxStationaryTiles + 1, stationary_slots(g));
 }
 
@@ -447,6 +479,8 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
   for (int64_t k0 = 0; k0 < k_end; k0 += ops.key_tile) {
     const int64_t nk_all = std::min(ops.key_tile, k_end - k0);
     key_rows(pr, k0, nk_all, krow, vrow);
+    // bf16: the tile's K and V converted once, for every query tile of the head.
+    if (ops.pack_head) ops.pack_head(pr.rows_from(0, k0), pr.rows_from(1, k0), nk_all, Dh, sc[0].ktile, sc[0].vtile);
     if (k0 < few_range.k_end)
       few_key_tile(pr, ops, sc[T], qt.lane_rows, qt.few, few_range, k0, std::min(nk_all, few_range.k_end - k0), krow, vrow,
                    classes[T - 1]);
@@ -474,7 +508,7 @@ void head_stationary(const Problem& pr, const TileOps& ops, const Scratch* sc, c
         kp = kr;
         vp = vr;
       }
-      const KeyTile kt{kp, vp, nk, nullptr, nullptr, k0};
+      const KeyTile kt{kp, vp, nk, sc[0].ktile, sc[0].vtile, 0};
       ops.score(kt, sc[t], nqp, Dh);
       if (explicit_mask && (p.mask == MaskKind::kAdditive || !cover.all)) apply_explicit_mask(pr, sc[t].s, q0, n, k0, nk, bits);
       if (positional && k0 + nk > range[t].all_visible_below) apply_positional_mask(pr, sc[t].s, q0, n, k0, nk);
@@ -493,7 +527,11 @@ bool allow_avx512(bool allowed) {
   return allowed && cpu_has_avx512();
 }
 
-bool bf16_supported() { return cpu_has_amx_bf16(); }
+bool bf16_supported() { return cpu_has_amx_bf16() || cpu_has_avx512_bf16(); }
+
+CpuIsa cap_isa_for_testing(CpuIsa isa) { return static_cast<CpuIsa>(g_test_cap.exchange(static_cast<int>(isa))); }
+
+const char* bf16_path() { return cpu_has_amx_bf16() ? "amx" : cpu_has_avx512_bf16() ? "avx512_bf16" : "none"; }
 
 void allow_stationary_heads(bool allowed) { g_stationary_allowed.store(allowed); }
 
@@ -501,7 +539,8 @@ size_t scratch_bytes(int64_t Dh) {
   // Dhp (Dh rounded up to 32) also covers the bf16 path's padding of the reduction axis.
   const int64_t Dhp = padded_dh(Dh), f = sizeof(float);
   return aligned_bytes(Dhp * kTq * f) + aligned_bytes(kTk * kTq * f) + aligned_bytes(kTq * Dhp * f) +
-         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + aligned_bytes(kTq * kTk / 2 * 4);
+         3 * aligned_bytes(kTq * f) + aligned_bytes(Dhp * f) + aligned_bytes(kTq * kTk / 2 * 4) +
+         2 * aligned_bytes(static_cast<int64_t>(bf16_head_bytes(kTk, Dh)));
 }
 
 Scratch carve_scratch(void* base, int64_t Dh) {
@@ -521,6 +560,8 @@ Scratch carve_scratch(void* base, int64_t Dh) {
   s.alpha = static_cast<float*>(take(kTq * f));
   s.zero = static_cast<float*>(take(Dhp * f));
   s.ppack = take(kTq * kTk / 2 * 4);
+  s.ktile = take(static_cast<int64_t>(bf16_head_bytes(kTk, Dh)));
+  s.vtile = take(static_cast<int64_t>(bf16_head_bytes(kTk, Dh)));
   return s;
 }
 
@@ -550,8 +591,13 @@ size_t workspace_bytes(const Params& p, const Geometry& g, int slots) {
 Status run_attention(const Params& p, const Geometry& g, std::span<const TensorView> in,
                      std::span<const TensorView> out, void* workspace, int slots) {
   const TileOps ops = tile_ops(p);
-  const size_t head = head_bytes(ops, g);
-  const QueryTiling tiling = query_tiling(ops, g.Sq, head > 0);
+  const QueryTiling tiling = query_tiling(ops, g.Sq);
+  // Rows that all take the few-row path (decoding's one query) read the f32 K/V: nothing to pack.
+  // A head of few query tiles (an incremental step's 5) converts its key tiles one at a time as
+  // its tiles reach them (packs_key_tiles), read once from memory, rather than the whole head
+  // in a pass of its own before them; one of many (a full forward's 26) converts it whole once.
+  const bool per_key_tile = ops.packs_key_tiles && tiling.tiles <= kMaxStationaryTiles;
+  const size_t head = tiling.lane_rows > 0 && !per_key_tile ? head_bytes(ops, g) : 0;
   const int64_t q_tiles = tiling.tiles;
   const int64_t work = g.B * g.H * q_tiles;
   if (work > 0 && g.Dh > 0) {

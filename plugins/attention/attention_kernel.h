@@ -7,6 +7,7 @@
 #include <span>
 
 #include "plugins/attention/attention_common.h"
+#include "runtime/cpu_features.h"
 
 namespace kiln::attention {
 
@@ -22,8 +23,13 @@ Status run_attention(const Params& p, const Geometry& g, std::span<const TensorV
 
 // Lets tests exercise the AVX2 tile code on an AVX-512 machine. Returns whether AVX-512 is now used.
 bool allow_avx512(bool allowed);
-// Whether precision bf16 runs in bf16 here (AMX-BF16); otherwise it runs the f32 path.
+// For tests: caps the instruction sets this kernel uses below what KILN_MAX_CPU_ISA allows (an AMX
+// machine then runs the AVX512_BF16 path); returns the previous cap, to restore it.
+CpuIsa cap_isa_for_testing(CpuIsa isa);
+// Whether precision bf16 runs in bf16 here (AMX-BF16 or AVX512_BF16, under KILN_MAX_CPU_ISA);
+// otherwise it runs the f32 path. bf16_path() names the path: "amx", "avx512_bf16" or "none".
 bool bf16_supported();
+const char* bf16_path();
 // Lets tests compare the head-by-head order (all of a head's query tiles per key tile) with the
 // tile-parallel one, which runs where the former does not apply.
 void allow_stationary_heads(bool allowed);

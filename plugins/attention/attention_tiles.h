@@ -33,6 +33,8 @@ struct Scratch {
   float* alpha;  // [kTq]       rescale factor of the current key tile
   float* zero;   // [Dhp]       zeros: the K/V row of padding keys
   void* ppack;   // bf16 only: P as key pairs, [kTq, kTk / 2, 2]
+  void* ktile;   // bf16 only: one key tile's K and V packed as pack_head packs a head
+  void* vtile;   //   (bf16_head_bytes(kTk, Dh) each), where heads are not packed whole
 };
 size_t scratch_bytes(int64_t Dh);
 Scratch carve_scratch(void* base, int64_t Dh);
@@ -80,6 +82,10 @@ struct TileOps {
   // When not null: converts a (batch, head)'s Sk K and V rows once, before its query tiles, into
   // bf16_head_bytes(Sk, Dh) bytes each at kdst and vdst (KeyTile::kpacked and vpacked).
   void (*pack_head)(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
+  // Whether pack_head may also pack a single key tile (its rows from key k0 on, KeyTile::k0 = 0
+  // then): a head with few query tiles converts each key tile once, as it reaches it, into
+  // Scratch::ktile / vtile instead of the whole head up front.
+  bool packs_key_tiles;
   // When not null: up to kFewRows query rows with the keys on the vector lanes instead, for a
   // tile's last nq % query_pad rows (and decoding's single row), which the lanes would pad to a
   // whole vector: an incremental step's 274 queries are 17 vectors and 2 rows.
@@ -96,5 +102,19 @@ constexpr int64_t kFewRows = 4;
 TileOps avx2_tile_ops();
 TileOps avx512_tile_ops();    // needs AVX-512 F, BW, DQ, VL
 TileOps amx_bf16_tile_ops();  // also needs AVX512_BF16, AMX-TILE, AMX-BF16 and the kernel's permission
+TileOps avx512_bf16_tile_ops();  // AVX-512 with AVX512_BF16 (vdpbf16ps), no AMX
+
+// Shared by the two bf16 paths (AVX-512 code: call only where avx512_tile_ops() runs).
+// Row stride (in 32-bit pairs) of the packed P: a key tile's keys in pairs.
+constexpr int64_t kPairStride = kTk / 2;
+// sc.q = scale * Q as bf16 pairs [padded_dh(Dh) / 2, kTq] (queries along a row; zero past Dh, nq).
+void pack_q_bf16_pairs(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc);
+// TileOps::pack_head of both bf16 paths: K as bf16 rows [Skp, Dhp], V as bf16 key pairs [Skp / 2, Dhp].
+void pack_head_bf16(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst);
+// sc.ppack[i, jp] = (P[i, 2jp], P[i, 2jp+1]) in bf16 from the tile's P^T in sc.s (zero past nk),
+// for round_up(nk, 32) / 2 pairs of each of nqp queries.
+void pack_p_bf16_pairs(const Scratch& sc, int64_t nk, int64_t nqp);
+// The online softmax of a tile of S^T (nk keys, nqp queries): P^T in sc.s, sc.alpha, sc.m, sc.l.
+void softmax_tile_avx512(const Scratch& sc, int64_t nk, int64_t nqp);
 
 }  // namespace kiln::attention

@@ -158,6 +158,6 @@ void update(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
 
 }  // namespace
 
-TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr, nullptr, nullptr, nullptr, nullptr}; }
+TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr, nullptr, false, nullptr, nullptr, nullptr}; }
 
 }  // namespace kiln::attention

@@ -390,11 +390,11 @@ inline __m512i interleave_bf16(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // a low, b high
 }
 
+}  // namespace
+
 // qb[dp, i] = (q_i[2dp], q_i[2dp+1]) * scale for dp < padded_dh(Dh) / 2, zero past Dh and nq: rows
-// of 16 queries' pairs, transposed 16 x 16 at a time. Also loads this thread's tile configuration:
-// a query tile is where a thread starts AMX work.
-void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
-  configure_tiles();
+// of 16 queries' pairs, transposed 16 x 16 at a time.
+void pack_q_bf16_pairs(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
   uint32_t* qb = static_cast<uint32_t*>(sc.q);
   const __m512 sv = _mm512_set1_ps(scale);
   for (int64_t i0 = 0; i0 < nqp; i0 += 16)
@@ -414,6 +414,14 @@ void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t 
 #pragma GCC unroll 16
       for (int w = 0; w < 16; ++w) _mm512_storeu_si512(qb + (d / 2 + w) * kTq + i0, r[w]);
     }
+}
+
+namespace {
+
+// Also loads this thread's tile configuration: a query tile is where a thread starts AMX work.
+void pack_q_amx(const float* q, int64_t q_row, int64_t nq, int64_t nqp, int64_t Dh, float scale, const Scratch& sc) {
+  configure_tiles();
+  pack_q_bf16_pairs(q, q_row, nq, nqp, Dh, scale, sc);
 }
 
 void score_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
@@ -456,9 +464,31 @@ void score_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
   }
 }
 
-// Row stride (in 32-bit pairs) of the packed P: a key tile's keys in pairs.
-constexpr int64_t kPairStride = kTk / 2;
-static_assert(kTk % 32 == 0, "P is packed in whole 16-pair tile columns");
+static_assert(kPairStride == kTk / 2 && kTk % 32 == 0, "P is packed in whole 16-pair tile columns");
+
+}  // namespace
+
+void pack_p_bf16_pairs(const Scratch& sc, int64_t nk, int64_t nqp) {
+  const int64_t np = round_up(nk, 32) / 2;
+  // pa[i, jp] = (P[i, 2jp], P[i, 2jp+1]): pairs of S^T rows interleaved, then transposed.
+  uint32_t* pa = static_cast<uint32_t*>(sc.ppack);
+  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
+    for (int64_t jp0 = 0; jp0 < np; jp0 += 16) {
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u) {
+        const int64_t j = 2 * (jp0 + u);
+        const __m512 a = j < nk ? _mm512_loadu_ps(sc.s + j * kTq + i0) : _mm512_setzero_ps();
+        const __m512 b = j + 1 < nk ? _mm512_loadu_ps(sc.s + (j + 1) * kTq + i0) : _mm512_setzero_ps();
+        r[u] = interleave_bf16(a, b);
+      }
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int u = 0; u < 16; ++u) _mm512_storeu_si512(pa + (i0 + u) * kPairStride + jp0, r[u]);
+    }
+}
+
+namespace {
 
 void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
   softmax(sc, kt.nk, nqp);
@@ -471,22 +501,8 @@ void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
     for (int64_t d = 0; d < Dhp; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(av, _mm512_loadu_ps(o + d)));
   }
   const uint32_t* vb = static_cast<const uint32_t*>(kt.vpacked) + kt.k0 / 2 * Dhp;
-  // pa[i, jp] = (P[i, 2jp], P[i, 2jp+1]): pairs of S^T rows interleaved, then transposed.
-  uint32_t* pa = static_cast<uint32_t*>(sc.ppack);
-  for (int64_t i0 = 0; i0 < nqp; i0 += 16)
-    for (int64_t jp0 = 0; jp0 < np; jp0 += 16) {
-      __m512i r[16];
-#pragma GCC unroll 16
-      for (int u = 0; u < 16; ++u) {
-        const int64_t j = 2 * (jp0 + u);
-        const __m512 a = j < kt.nk ? _mm512_loadu_ps(sc.s + j * kTq + i0) : _mm512_setzero_ps();
-        const __m512 b = j + 1 < kt.nk ? _mm512_loadu_ps(sc.s + (j + 1) * kTq + i0) : _mm512_setzero_ps();
-        r[u] = interleave_bf16(a, b);
-      }
-      transpose16(r);
-#pragma GCC unroll 16
-      for (int u = 0; u < 16; ++u) _mm512_storeu_si512(pa + (i0 + u) * kPairStride + jp0, r[u]);
-    }
+  pack_p_bf16_pairs(sc, kt.nk, nqp);
+  const uint32_t* pa = static_cast<const uint32_t*>(sc.ppack);
   const int64_t o_stride = Dhp * 4, v_stride = Dhp * 4, p_stride = kPairStride * 4;
   for (int64_t i0 = 0; i0 < nqp; i0 += 16)
     for (int64_t z0 = 0; z0 < nd; z0 += 4) {
@@ -523,9 +539,11 @@ void update_amx(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
 
 void release_amx() { _tile_release(); }
 
+}  // namespace
+
 // K as bf16 rows [Skp, Dhp] and V as key pairs [Skp / 2, Dhp], zero past Sk and Dh (Skp = Sk
 // rounded up to 32), so every tile reads whole 16-key and 32-key tile operands.
-void pack_head_amx(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst) {
+void pack_head_bf16(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh, void* kdst, void* vdst) {
   const int64_t Dhp = padded_dh(Dh), Skp = round_up(Sk, 32);
   uint16_t* kb = static_cast<uint16_t*>(kdst);
   uint32_t* vb = static_cast<uint32_t*>(vdst);
@@ -549,13 +567,13 @@ void pack_head_amx(const HeadRows& k, const HeadRows& v, int64_t Sk, int64_t Dh,
   }
 }
 
-}  // namespace
+void softmax_tile_avx512(const Scratch& sc, int64_t nk, int64_t nqp) { softmax(sc, nk, nqp); }
 
 TileOps avx512_tile_ops() {
-  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr, pack_few_f32, few_score_f32, few_update_f32};
+  return TileOps{16, 1, 48, pack_q_f32_avx512, score_f32, update_f32, nullptr, nullptr, false, pack_few_f32, few_score_f32, few_update_f32};
 }
 TileOps amx_bf16_tile_ops() {
-  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_amx, nullptr, nullptr, nullptr};
+  return TileOps{16, 1, kTk, pack_q_amx, score_amx, update_amx, release_amx, pack_head_bf16, false, nullptr, nullptr, nullptr};
 }
 
 }  // namespace kiln::attention

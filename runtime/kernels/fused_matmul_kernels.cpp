@@ -44,6 +44,8 @@ StatusOr<Activation> parse_activation(const std::string& s) {
   return InvalidArgument("attribute 'activation' must be none, gelu_erf or gelu_tanh, got '" + s + "'");
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_reference_fused(const KernelArgs& args, AttrReader& attrs, Activation* act);
+
 // The reference: the reference MatMul, then the epilogue element by element.
 class FusedMatMulReference final : public Kernel {
  public:
@@ -114,6 +116,15 @@ class FusedMatMulReference final : public Kernel {
   Shape mm_shape_;
   Tensor mm_buffer_;
 };
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs) {
+  Activation act;
+  return make_reference_fused(args, attrs, &act);
+}
+
+namespace {
 
 StatusOr<std::unique_ptr<Kernel>> make_reference_fused(const KernelArgs& args, AttrReader& attrs, Activation* act) {
   KILN_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));

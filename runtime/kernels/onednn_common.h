@@ -105,5 +105,9 @@ dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);
 void register_onednn_matmul_kernels(KernelRegistry& r);
 void register_onednn_conv_kernels(KernelRegistry& r);
 void register_fused_matmul_kernels(KernelRegistry& r);
+void register_fused_matmul_int8_kernels(KernelRegistry& r);
+
+// FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.
+StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs);
 
 }  // namespace kiln

@@ -1,8 +1,10 @@
 // oneDNN-backed MatMul, Gemm (onednn_matmul_kernels.cpp) and Conv (onednn_conv_kernels.cpp), plus
 // the shared primitive runner.
 #include <algorithm>
+#include <cstdlib>
 
 #include "runtime/kernels/families.h"
+#include "runtime/cpu_features.h"
 #include "runtime/engine_format.h"
 #include "runtime/kernels/onednn_common.h"
 #include "runtime/kernels/packed_weights.h"
@@ -10,8 +12,25 @@
 
 namespace kiln {
 
+namespace {
+// KILN_MAX_CPU_ISA caps oneDNN too unless DNNL_MAX_CPU_ISA says otherwise (runtime/cpu_features.h);
+// oneDNN takes a cap only before its first primitive, which the engine below precedes.
+void cap_onednn_isa() {
+  const char* kiln_cap = std::getenv("KILN_MAX_CPU_ISA");
+  const char* dnnl_cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (!kiln_cap || !*kiln_cap || (dnnl_cap && *dnnl_cap)) return;
+  static const dnnl::cpu_isa kIsa[] = {dnnl::cpu_isa::avx2, dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_vnni,
+                                       dnnl::cpu_isa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_amx};
+  const int cap = static_cast<int>(cpu_info().cap);
+  if (cap < static_cast<int>(CpuIsa::kAll)) (void)dnnl_set_max_cpu_isa(static_cast<dnnl_cpu_isa_t>(kIsa[cap]));
+}
+}  // namespace
+
 const dnnl::engine& onednn_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    cap_onednn_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
@@ -109,6 +128,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   register_onednn_matmul_kernels(r);
   register_onednn_conv_kernels(r);
   register_fused_matmul_kernels(r);
+  register_fused_matmul_int8_kernels(r);
 }
 
 }  // namespace kiln

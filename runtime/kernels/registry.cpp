@@ -17,6 +17,7 @@ KernelRegistry build_registry() {
   register_tensor_kernels(r);
   register_nn_kernels(r);
   register_onednn_kernels(r);
+  register_quantize_kernels(r);
   return r;
 }
 }  // namespace

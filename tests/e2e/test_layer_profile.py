@@ -106,8 +106,8 @@ def main():
     problems = [] if proc.returncode == 0 else [f"exit {proc.returncode}: {proc.stderr[-2000:]}"]
     if not problems:
         print("\n".join("    " + l for l in proc.stdout.strip().splitlines()), flush=True)
-        if not re.search(r"GFLOP/s [0-9.]+ of peak [0-9.]+ \([0-9]+%\)", proc.stdout):
-            problems.append("console lacks the 'GFLOP/s x of peak y (z%)' line")
+        if not re.search(r"GFLOP/s [0-9.]+, [0-9]+% of the peak of each FLOP's precision \(GFLOP/s: f32 [0-9]+", proc.stdout):
+            problems.append("console lacks the 'GFLOP/s x, z% of the peak of each FLOP's precision (GFLOP/s: f32 y)' line")
         rep = json.loads((work / "report.json").read_text())
         peak = rep.get("machine", {}).get("matmul_peak_gflops_f32")
         if not (isinstance(peak, (int, float)) and peak > 0):

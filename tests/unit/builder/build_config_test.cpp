@@ -176,7 +176,7 @@ TEST(BuildConfig, WrongTypes) {
   expect_error(std::string(kMinimal) + "threads: 1.5\n",
                {"cfg/test.yaml:5: 'threads': expected an integer >= 0", "got '1.5'"});
   expect_error(std::string(kMinimal) + "precision: fp16\n",
-               {"cfg/test.yaml:5: 'precision': expected one of fp32, bf16, got 'fp16'"});
+               {"cfg/test.yaml:5: 'precision': expected one of fp32, bf16, int8, got 'fp16'"});
   expect_error(std::string(kMinimal) + "benchmark: [1, 2]\n",
                {"cfg/test.yaml:5: 'benchmark': expected a map, got '[1, 2]'"});
   expect_error(std::string(kMinimal) + "plugins: {load: lib.so}\n",
@@ -381,6 +381,51 @@ TEST(BuildConfig, HistoryAndBudgetGate) {
   auto typo = parse_build_config(std::string(kMinimal) + "history: {database: x.db}\n", "cfg/test.yaml");
   ASSERT_FALSE(typo.ok());
   EXPECT_NE(typo.status().message().find("'history.database'"), std::string::npos) << typo.status().message();
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(BuildConfig, Int8CalibrationAndOverrides) {
+  const std::string text = std::string(kMinimal) + R"(precision: int8
+calibration: {method: percentile, percentile: 99.9, batches: 4, holdout: 3, cache: c/ct.calib, profile: full, tolerance: 0.1, inputs: generators}
+precision_overrides: {"/blocks.7/*": fp32, "*out_proj*": bf16}
+)";
+  auto r = parse_build_config(text, "cfg/test.yaml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->precision, "int8");
+  const CalibrationConfig& c = r->calibration;
+  EXPECT_EQ(c.method, "percentile");
+  EXPECT_DOUBLE_EQ(c.percentile, 99.9);
+  EXPECT_EQ(c.batches, 4);
+  EXPECT_EQ(c.holdout, 3);
+  EXPECT_EQ(c.cache, "cfg/c/ct.calib");  // relative to the config's folder
+  EXPECT_EQ(c.profile, "full");
+  EXPECT_DOUBLE_EQ(c.tolerance, 0.1);
+  ASSERT_EQ(r->precision_overrides.size(), 2u);
+  EXPECT_EQ(r->precision_overrides[0].pattern, "/blocks.7/*");
+  EXPECT_EQ(r->precision_overrides[0].precision, "fp32");
+  EXPECT_EQ(r->precision_overrides[1].precision, "bf16");
+  // Defaults.
+  auto d = parse_build_config(std::string(kMinimal) + "precision: int8\n", "cfg/test.yaml");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->calibration.method, "entropy");
+  EXPECT_EQ(d->calibration.batches, 8);
+  EXPECT_TRUE(d->calibration.cache.empty());
+}
+
+TEST(BuildConfig, Int8BadValuesNameTheKey) {
+  const std::string base = std::string(kMinimal) + "precision: int8\n";
+  expect_error(base + "calibration: {method: kl}\n", {"cfg/test.yaml:6", "'calibration.method'", "minmax, percentile, entropy", "'kl'"});
+  expect_error(base + "calibration: {batches: 0}\n", {"'calibration.batches'"});
+  expect_error(base + "calibration: {percentile: 101}\n", {"'calibration.percentile'"});
+  expect_error(base + "calibration: {tolerance: -1}\n", {"'calibration.tolerance'"});
+  expect_error(base + "calibration: {inputs: folder/}\n", {"'calibration.inputs'", "generators"});
+  expect_error(base + "calibration: {batchez: 3}\n", {"unknown key 'calibration.batchez'"});
+  expect_error(base + "precision_overrides: {\"x*\": int8}\n", {"'precision_overrides.x*'", "fp32, bf16"});
 }
 
 }  // namespace

@@ -23,11 +23,12 @@ std::vector<float> ramp(int64_t n, float scale) {
   return v;
 }
 
-// x[2, 8] -> MatMul(W[8, 6]) + b -> Relu -> y: a FusedMatMul (several candidate kernels), then Relu.
-StatusOr<Graph> linear_model() {
+// x[2, K] -> MatMul(W[K, 6]) + b -> Relu -> y: a FusedMatMul (several candidate kernels), then Relu.
+// K >= 16 makes the FusedMatMul an int8 candidate (builder/plan/int8_lowering.h).
+StatusOr<Graph> linear_model(int64_t k = 8) {
   OnnxModelBuilder b;
-  b.input("x", DType::kFloat32, {int64_t{2}, int64_t{8}}).output("y");
-  b.initializer_f("w", ramp(48, 0.5f), {8, 6});
+  b.input("x", DType::kFloat32, {int64_t{2}, k}).output("y");
+  b.initializer_f("w", ramp(k * 6, 0.5f), {k, 6});
   b.initializer_f("b", ramp(6, 0.1f), {6});
   b.node("MatMul", {"x", "w"}, {"m"});
   b.node("Add", {"m", "b"}, {"a"});
@@ -43,7 +44,7 @@ const PlanStep& fused_matmul(const Plan& plan) {
 }
 
 TEST(PlanPasses, RunInTheirListedOrder) {
-  EXPECT_EQ(plan_pass_names(), (std::vector<std::string>{"plugin_configuration", "bf16_lowering", "tactic_selection", "winograd_layout"}));
+  EXPECT_EQ(plan_pass_names(), (std::vector<std::string>{"plugin_configuration", "bf16_lowering", "int8_lowering", "tactic_selection", "winograd_layout"}));
   // The config's passes.disable takes graph and plan pass names alike.
   const auto all = all_pass_names();
   for (const auto& n : plan_pass_names()) EXPECT_NE(std::find(all.begin(), all.end(), n), all.end()) << n;
@@ -104,6 +105,37 @@ TEST(PlanPasses, Bf16LoweringSwitchesKernelsAndKeepsTheFp32Plan) {
   ASSERT_TRUE(fp32.ok()) << fp32.status().message();
   EXPECT_EQ(fused_matmul(*fp32->plan).impl, "");
   EXPECT_EQ(fp32->fp32_plan, nullptr);
+}
+
+TEST(PlanPasses, Int8LoweringQuantizesCalibratedMatMulsUnlessDisabled) {
+  auto g = linear_model(32);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  ResolvedProfile p;
+  p.name = "only";
+  p.input_order = {"x"};
+  p.inputs["x"] = InputRange{Shape{2, 32}, Shape{2, 32}, Shape{2, 32}};
+  auto fp32 = build_profile(*g, p, ProfileBuildOptions{});
+  ASSERT_TRUE(fp32.ok()) << fp32.status().message();
+  const std::map<std::string, float> scales = {{fused_matmul(*fp32->plan).name, 0.01f}};
+  for (bool off : {false, true}) {
+    ProfileBuildOptions opts;
+    opts.int8_scales = &scales;
+    if (off) opts.disabled_passes = {"int8_lowering"};
+    auto built = build_profile(*g, p, opts);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    const PlanStep& mm = fused_matmul(*built->plan);
+    EXPECT_EQ(mm.impl, off ? "" : "onednn_int8");
+    EXPECT_EQ(mm.attrs.count("a_scale"), off ? 0u : 1u);
+    EXPECT_EQ(built->fp32_plan != nullptr, !off);
+    if (!off) EXPECT_EQ(fused_matmul(*built->fp32_plan).impl, "");
+  }
+  // A step calibration gave no scale stays as it was.
+  const std::map<std::string, float> none;
+  ProfileBuildOptions opts;
+  opts.int8_scales = &none;
+  auto built = build_profile(*g, p, opts);
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  EXPECT_EQ(fused_matmul(*built->plan).impl, "");
 }
 
 }  // namespace

@@ -203,6 +203,119 @@ TEST(AttentionFast, F32MatchesReference) { sweep(kDims, Precision::kFp32); }
 
 TEST(AttentionFast, Bf16MatchesReferenceWithinBf16Tolerance) { sweep(kDims, Precision::kBf16); }
 
+// Caps the kernel's instruction sets for one test, as a smaller CPU (or KILN_MAX_CPU_ISA) would.
+class IsaCap {
+ public:
+  explicit IsaCap(CpuIsa isa) : old_(attention::cap_isa_for_testing(isa)) {}
+  ~IsaCap() { attention::cap_isa_for_testing(old_); }
+
+ private:
+  CpuIsa old_;
+};
+
+// The AVX512_BF16 path without AMX (vdpbf16ps), as an AMD EPYC runs it; on an AMX Xeon the cap
+// below AMX selects it. Every mask, layout and awkward shape of the f32 sweep.
+TEST(AttentionFast, Bf16WithoutAmxMatchesReference) {
+  IsaCap cap(CpuIsa::kAvx512CoreBf16);
+  if (!attention::bf16_supported()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  EXPECT_STREQ(attention::bf16_path(), "avx512_bf16");
+  sweep(kDims, Precision::kBf16);
+  // Many 64-key tiles and odd key counts; 2-row tails (on the lanes) and decoding's rows (few-row path).
+  sweep({{1, 2, 64, 146, 74, 300}, {1, 1, 64, 67, 131, 0}, {1, 3, 32, 18, 1, 45}, {1, 2, 64, 3, 3, 200}}, Precision::kBf16);
+}
+
+// One run of a causal self-attention case with inputs from `seed`, at `precision`.
+Tensor run_once(Case c, Precision precision, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor q = random_tensor(c.seq_shape(c.Sq), rng), k = random_tensor(c.seq_shape(c.Sk_new), rng),
+         v = random_tensor(c.seq_shape(c.Sk_new), rng);
+  std::vector<TensorView> iv{q.view(), k.view(), v.view()};
+  std::vector<TensorDesc> descs;
+  for (const TensorView& t : iv) descs.push_back(t.desc());
+  c.precision = precision;
+  Tensor out = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
+  auto g = attention::validate_inputs(c.params(), descs);
+  EXPECT_TRUE(g.ok());
+  if (!g.ok()) return out;
+  std::vector<char> ws(attention::workspace_bytes(c.params(), *g, 2));
+  std::vector<TensorView> ov{out.view()};
+  EXPECT_TRUE(attention::run_attention(c.params(), *g, iv, ov, ws.data(), 2).ok());
+  return out;
+}
+
+Case causal_case() {
+  Case c;
+  c.H = 2, c.Dh = 40, c.Sq = 70, c.Sk_new = 70, c.mask = MaskKind::kCausal;
+  return c;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) { return std::memcmp(a.data(), b.data(), a.nbytes()) == 0; }
+
+// A query's bf16 result does not depend on how many queries share its call: the last 274 queries
+// of 1644 (a full forward) and the same 274 as a step on 1370 cached keys give the same bits, so
+// full(T) = full(T-1) + one step holds in a bf16 engine as in fp32.
+TEST(AttentionFast, Bf16RowsDoNotDependOnTheQueryTiling) {
+  if (!attention::bf16_supported()) GTEST_SKIP() << "no bf16 path on this CPU";
+  Case full;
+  full.H = 2, full.Dh = 64, full.Sq = 1644 / 4, full.Sk_new = 1644 / 4, full.mask = MaskKind::kBlockCausal, full.block = 274 / 4;
+  full.precision = Precision::kBf16;
+  std::mt19937 rng(9);
+  Tensor q = random_tensor(full.seq_shape(full.Sq), rng), k = random_tensor(full.seq_shape(full.Sk_new), rng),
+         v = random_tensor(full.seq_shape(full.Sk_new), rng);
+  auto run = [&](const Case& c, std::vector<TensorView> iv) {
+    std::vector<TensorDesc> descs;
+    for (const TensorView& t : iv) descs.push_back(t.desc());
+    auto g = attention::validate_inputs(c.params(), descs);
+    EXPECT_TRUE(g.ok());
+    Tensor out = Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sq));
+    std::vector<Tensor> kv;
+    std::vector<TensorView> ov{out.view()};
+    if (c.cache)
+      for (int t = 0; t < 2; ++t) {
+        kv.push_back(Tensor::zeros(DType::kFloat32, c.seq_shape(c.Sc + c.Sk_new)));
+        ov.push_back(kv.back().view());
+      }
+    std::vector<char> ws(attention::workspace_bytes(c.params(), *g, 2));
+    EXPECT_TRUE(attention::run_attention(c.params(), *g, iv, ov, ws.data(), 2).ok());
+    return out;
+  };
+  const Tensor all = run(full, {q.view(), k.view(), v.view()});
+  Case step = full;
+  step.Sq = step.Sk_new = 66;  // four whole vectors and a 2-row tail, as a step's 274 rows
+  step.Sc = full.Sq - step.Sq;
+  step.cache = true;
+  const int64_t row = full.H * full.Dh, skip = step.Sc * row * static_cast<int64_t>(sizeof(float));
+  auto tail_view = [&](const Tensor& t, int64_t first, int64_t rows) {
+    TensorView tv = t.view();
+    tv.data = static_cast<char*>(tv.data) + first * row * static_cast<int64_t>(sizeof(float));
+    tv.shape = step.seq_shape(rows);
+    return tv;
+  };
+  const Tensor part = run(step, {tail_view(q, step.Sc, step.Sq), tail_view(k, step.Sc, step.Sq), tail_view(v, step.Sc, step.Sq),
+                                 TensorView(), tail_view(k, 0, step.Sc), tail_view(v, 0, step.Sc)});
+  EXPECT_EQ(std::memcmp(static_cast<const char*>(all.data()) + skip, part.data(), part.nbytes()), 0);
+}
+
+// Capped below AVX512_BF16, bf16 runs the f32 path: bitwise the f32 results.
+TEST(AttentionFast, Bf16CappedBelowAvx512Bf16RunsF32) {
+  IsaCap cap(CpuIsa::kAvx512Core);
+  EXPECT_FALSE(attention::bf16_supported());
+  EXPECT_STREQ(attention::bf16_path(), "none");
+  EXPECT_TRUE(same_bits(run_once(causal_case(), Precision::kFp32, 5), run_once(causal_case(), Precision::kBf16, 5)));
+}
+
+// Capped at AVX2, the AVX2 f32 path runs whatever the CPU has: bitwise what it gives when the
+// tests switch AVX-512 off, and within f32 tolerance of the reference.
+TEST(AttentionFast, CapAtAvx2RunsTheAvx2Path) {
+  attention::allow_avx512(false);
+  const Tensor avx2 = run_once(causal_case(), Precision::kFp32, 6);
+  attention::allow_avx512(true);
+  IsaCap cap(CpuIsa::kAvx2);
+  EXPECT_TRUE(same_bits(avx2, run_once(causal_case(), Precision::kFp32, 6)));
+  EXPECT_TRUE(same_bits(avx2, run_once(causal_case(), Precision::kBf16, 6)));
+  sweep({{1, 6, 24, 17, 97, 0}, {1, 1, 13, 65, 150, 17}}, Precision::kFp32);
+}
+
 // The AVX2 path (CPUs without AVX-512), and bf16 falling back to f32 there.
 TEST(AttentionFast, Avx2PathMatchesReference) {
   attention::allow_avx512(false);

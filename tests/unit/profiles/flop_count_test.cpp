@@ -217,3 +217,58 @@ TEST(LayerProfile, OneTimedEventPerStepAndProfilingOffAfterwards) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// The roofline per precision: each step's FLOPs count against its own precision's peak.
+TEST(FlopCount, StepPrecisionFollowsTheKernelThatRan) {
+  PlanStep mm;
+  mm.op_type = "FusedMatMul";
+  EXPECT_EQ(step_precision(mm, "onednn"), FlopPrecision::kF32);
+  EXPECT_EQ(step_precision(mm, "panel"), FlopPrecision::kF32);
+  EXPECT_EQ(step_precision(mm, "onednn_bf16"), FlopPrecision::kBf16);
+  EXPECT_EQ(step_precision(mm, "onednn_int8"), FlopPrecision::kInt8);
+  EXPECT_EQ(step_precision(mm, "reference"), FlopPrecision::kF32);  // a fallback runs f32
+  PlanStep att;
+  att.domain = "kiln";
+  att.op_type = "Attention";
+  EXPECT_EQ(step_precision(att, "plugin"), FlopPrecision::kF32);
+  att.attrs["precision"] = Attribute::String("bf16");
+  EXPECT_EQ(step_precision(att, "plugin"), FlopPrecision::kBf16);
+}
+
+TEST(LayerProfile, IdealTimeUsesEachPrecisionsPeak) {
+  LayerProfile p;
+  auto step = [&](const char* op, double gflop, FlopPrecision prec, double ms) {
+    LayerTiming t;
+    t.op_type = op;
+    t.flops.flops = gflop * 1e9;
+    t.precision = prec;
+    t.ms = ms;
+    p.steps.push_back(t);
+  };
+  step("FusedMatMul", 2.0, FlopPrecision::kBf16, 4.0);   // 2 GFLOP at 1000 GFLOP/s: 2 ms ideal
+  step("FusedMatMul", 1.0, FlopPrecision::kF32, 4.0);    // 1 GFLOP at 500: 2 ms
+  step("kiln::Attention", 1.0, FlopPrecision::kBf16, 2.0);  // 1 ms
+  step("LayerNormalization", 0.0, FlopPrecision::kF32, 1.0);
+  const std::array<double, kFlopPrecisions> peaks = {500.0, 1000.0, 0.0};
+  EXPECT_DOUBLE_EQ(ideal_ms(p, peaks), 5.0);
+  EXPECT_DOUBLE_EQ(ideal_ms(p, peaks, "FusedMatMul"), 4.0);
+  const auto g = gflop_by_precision(p);
+  EXPECT_DOUBLE_EQ(g[0], 1.0);
+  EXPECT_DOUBLE_EQ(g[1], 3.0);
+  EXPECT_DOUBLE_EQ(g[2], 0.0);
+  const auto frac = peak_fraction_by_op_type(p, peaks);
+  ASSERT_EQ(frac.size(), 2u);
+  for (const auto& [op, f] : frac) EXPECT_DOUBLE_EQ(f, 0.5) << op;
+  // An int8 step with no int8 peak measured: the roofline is unknown (0), never a wrong peak.
+  step("FusedMatMul", 1.0, FlopPrecision::kInt8, 1.0);
+  EXPECT_DOUBLE_EQ(ideal_ms(p, peaks), 0.0);
+  const std::string json = layer_summary_json(p, 3, &peaks);
+  EXPECT_NE(json.find("\"gflop_by_precision\": {\"f32\": 1, \"bf16\": 3, \"int8\": 1}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"peak_fraction_by_op_type\": {\"kiln::Attention\": 0.5}"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace kiln
