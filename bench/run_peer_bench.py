@@ -23,7 +23,7 @@ Models are exported with models/export_models.py --size full into bench/out/ (sk
 reference cases are 7-token prefill / 9-token past decode, so this script writes its own inputs: prefill of
 128 tokens on an empty past, decode of 1 token on a 1024-token past (random ids and past K/V, fixed seed).
 The unseen exports (gpt_sep_qkv, rotary_runtime_mask, scaled_q_bsd, mha_batch_first) come from
-tests/e2e/attention_variants.py --size bench with their cases (inputs and PyTorch outputs) in bench/out.
+models/attention_variants.py --size bench with their cases (inputs and PyTorch outputs) in bench/out.
 
 --kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
 session config entry (e.g. session.intra_op.allow_spinning=0); both are recorded in the results.

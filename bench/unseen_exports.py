@@ -1,5 +1,5 @@
 """The peer benchmark's "unseen exports": attention written with other module code than kiln's own models
-(tests/e2e/attention_variants.py), exported at the variants' bench size, so the targets are checked on
+(models/attention_variants.py), exported at the variants' bench size, so the targets are checked on
 exports the builder was not written against.
 
   gpt_sep_qkv          GPT-style decoder, separate q/k/v, bool causal buffer: 6 layers, width 768, 12 heads,
@@ -18,7 +18,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VARIANTS_PY = os.path.join(os.path.dirname(HERE), "tests", "e2e", "attention_variants.py")
+VARIANTS_PY = os.path.join(os.path.dirname(HERE), "models", "attention_variants.py")
 
 DECODER_CASES = {"prefill128": "seq=128,past=0", "decode1024": "seq=1,past=1024"}
 # {model: {profile: make_inputs dims}}; profile names match gpt2's and vit's in run_peer_bench.py.

@@ -105,6 +105,26 @@ std::vector<int> Graph::use_counts() const {
   return uses;
 }
 
+std::vector<std::string> Graph::remove_unread_producers(std::vector<int> freed) {
+  std::vector<std::string> removed;
+  std::vector<int> uses = use_counts();
+  while (!freed.empty()) {
+    const int v = freed.back();
+    freed.pop_back();
+    if (v < 0 || uses[v] > 0 || values[v].producer < 0) continue;
+    Node& p = nodes[values[v].producer];
+    if (p.removed) continue;
+    bool read = false;
+    for (int o : p.outputs) read = read || (o >= 0 && uses[o] > 0);
+    if (read) continue;
+    p.removed = true;
+    removed.push_back(describe_node(p));
+    for (int i : p.inputs)
+      if (i >= 0 && --uses[i] == 0) freed.push_back(i);
+  }
+  return removed;
+}
+
 void Graph::replace_uses(int from, int to) {
   for (auto& n : nodes)
     for (int& i : n.inputs)

@@ -69,6 +69,9 @@ class Graph {
   std::vector<bool> live_nodes() const;
   // The value of a one-element int64/int32 constant (a Slice bound, an axis), or nullopt.
   std::optional<int64_t> scalar_int(int v) const;
+  // Removes the producers of `values` that nothing reads any more, and theirs in turn (a Shape whose
+  // only reader folded); returns the removed nodes as describe_node text. Touches nothing else.
+  std::vector<std::string> remove_unread_producers(std::vector<int> values);
   // Replaces every use of value `from` by value `to` (node inputs and graph outputs).
   void replace_uses(int from, int to);
   std::string describe_node(const Node& n) const;  // "node 'name' (OpType)"

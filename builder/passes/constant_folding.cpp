@@ -58,15 +58,43 @@ bool fold_size(Graph& g, Node& n) {
   out.producer = -1;
   return true;
 }
+
+// Cast to the dtype its input already has (T5's scores.float() on float scores, .type_as after
+// Softmax): readers read the input instead, so the patterns behind it (attention's scores ->
+// Softmax -> ·V) see producer -> consumer directly. Kept when its output is a graph output (the
+// name must survive).
+bool fold_noop_cast(Graph& g, Node& n, const std::vector<bool>& is_output) {
+  if (n.op_type != "Cast" || !n.domain.empty() || n.inputs.size() != 1 || n.outputs.size() != 1 || n.inputs[0] < 0)
+    return false;
+  auto to = n.attrs.find("to");
+  const DType in = g.values[n.inputs[0]].dtype;
+  if (to == n.attrs.end() || !dtype_is_known(in) || static_cast<DType>(to->second.i) != in || is_output[n.outputs[0]])
+    return false;
+  g.replace_uses(n.outputs[0], n.inputs[0]);
+  return true;
+}
+
 }  // namespace
 
 Status constant_folding(Graph& g, PassContext& ctx) {
+  std::vector<int> freed;  // inputs of folded nodes
+  auto folded = [&](Node& n) {
+    n.removed = true;
+    ctx.log.push_back("constant_folding: folded " + g.describe_node(n));
+    freed.insert(freed.end(), n.inputs.begin(), n.inputs.end());
+  };
+  std::vector<bool> is_output(g.values.size(), false);
+  for (int o : g.outputs) is_output[o] = true;
   for (auto& n : g.nodes) {
     if (n.removed) continue;
     infer_node(g, n, ctx.dim_ranges);
-    if (fold_size(g, n) || fold_known_elements(g, n)) {
+    if (fold_noop_cast(g, n, is_output)) {
       n.removed = true;
-      ctx.log.push_back("constant_folding: folded " + g.describe_node(n));
+      ctx.log.push_back("constant_folding: removed " + g.describe_node(n) + " (a Cast to its input's dtype)");
+      continue;
+    }
+    if (fold_size(g, n) || fold_known_elements(g, n)) {
+      folded(n);
       continue;
     }
     if (!is_kernel_domain(n.domain) || kNondeterministic.count(n.op_type)) continue;
@@ -94,9 +122,13 @@ Status constant_folding(Graph& g, PassContext& ctx) {
       v.shape = from_shape(v.constant.shape());
       v.producer = -1;
     }
-    n.removed = true;
-    ctx.log.push_back("constant_folding: folded " + g.describe_node(n));
+    folded(n);
   }
+  // The producers its folds leave unread go now, not at dead_node_elimination: a Shape whose reader
+  // folded (Shape(v)[-1] for a scale) would stay a reader of v, and attention_fusion's single-use
+  // checks would see it.
+  for (const std::string& r : g.remove_unread_producers(std::move(freed)))
+    ctx.log.push_back("constant_folding: removed " + r + " (its readers folded)");
   return Status::Ok();
 }
 

@@ -18,8 +18,16 @@ const std::vector<Pass>& pass_pipeline() {
       {"constant_folding",
        "evaluate nodes whose inputs are constant, Size of values whose shape is known, and shape arithmetic "
        "whose elements shape inference knows (Shape of a known shape, or the static dims of one with a ranged "
-       "batch), so the Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants",
+       "batch), so the Shape->Gather->Unsqueeze->Concat subgraphs exporters write collapse into constants and a scale "
+       "computed from a static size (GPT-2's w / v.size(-1) ** 0.5) becomes a number; drops Casts to a value's own "
+       "dtype and the Shapes whose readers all folded, so they no longer read the values attention_fusion takes",
        constant_folding},
+      {"shape_sources",
+       "make each Shape of a value an attention fusion takes inside its node (b, h, s, d = out.shape of the .V "
+       "product; k.shape[-2] of a KV-cache Concat) read the graph inputs its symbolic dims come from, so it is no "
+       "reader of that value and a mask built from it is not computed from the fused node's output; after folding, "
+       "which removes the Shapes that read only static dims, before attention_fusion; skipped when it is off",
+       shape_sources},
       {"packed_projection_split",
        "give each Slice of a packed projection's product (nn.MultiheadAttention's x.W[E,3E] -> q, k, v) its own "
        "MatMul on the weight's columns: no Slice copies, and the query projection alone can narrow; after folding, "

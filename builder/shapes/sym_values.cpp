@@ -133,7 +133,16 @@ void infer_sym_value(Graph& g, Node& n) {
   } else if (op == "Slice" && sv(0)) {
     auto st = const_ints(g, n.inputs.size() > 1 ? n.inputs[1] : -1);
     auto en = const_ints(g, n.inputs.size() > 2 ? n.inputs[2] : -1);
-    if (!st || !en || st->size() != 1 || en->size() != 1 || n.inputs.size() > 4) return;
+    if (!st || !en || st->size() != 1 || en->size() != 1) return;
+    // Axes, when given, can only name the one axis of a 1-D value; steps only be 1 (x.shape[-1:]
+    // exports both).
+    auto only = [&](size_t i, std::initializer_list<int64_t> ok) {
+      if (i >= n.inputs.size() || n.inputs[i] < 0) return true;
+      auto c = const_ints(g, n.inputs[i]);
+      return c && c->size() == 1 && std::find(ok.begin(), ok.end(), (*c)[0]) != ok.end();
+    };
+    if (!only(3, {0, -1}) || !only(4, {1})) return;
+    if (n.inputs.size() > 5) return;
     const Dims& d = **sv(0);
     const int64_t sz = static_cast<int64_t>(d.size());
     int64_t s = (*st)[0], e = (*en)[0];

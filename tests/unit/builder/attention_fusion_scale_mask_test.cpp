@@ -1,5 +1,5 @@
 // attention_fusion on hand-built graphs of two patterns the unseen exports of the peer benchmark
-// (tests/e2e/attention_variants.py) write: q (or k) multiplied by a constant before the head split
+// (models/attention_variants.py) write: q (or k) multiplied by a constant before the head split
 // (BERT-style q * Dh**-0.5), which must fold into the plugin's scale; and a constant additive causal
 // mask (Llama-style full(-inf).triu(past + 1), folded at fixed shapes), which must become
 // mask "causal" while near misses stay "additive"; and a constant bool "hidden" mask
