@@ -14,7 +14,7 @@ ROOT=$PWD
 ./scripts/install_deps.sh
 SANITIZE=${KILN_SANITIZE:-}
 case "$SANITIZE" in
-  *thread*) ./scripts/build.sh --target kiln_tests ;;  # TSan runs the unit tests only
+  *thread*) ./scripts/build.sh --target kiln_tests kiln_concurrency_tests ;;  # TSan runs the concurrency tests only
   *) ./scripts/build.sh ;;
 esac
 default_dir=build
@@ -26,7 +26,8 @@ case "$SANITIZE" in
   *thread*)
     # libgomp is not built with TSan, so OpenMP's own barriers would be reported: kiln's kernels
     # run on kiln's thread pool (seen by TSan), OpenMP (oneDNN) on the calling thread alone.
-    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+    # oneDNN is not built with TSan either: tests/sanitizers/tsan.supp says what is suppressed and why.
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
     export OMP_NUM_THREADS=1 KILN_NUM_THREADS=2
     # The tests that run contexts on several threads (gtest suites named here).
     args=(-R '^(EngineConcurrency|Streaming|ThreadPool|ParallelFor|InferQueue)') ;;
