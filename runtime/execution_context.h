@@ -5,6 +5,11 @@
 // every value's shape; from those it plans one arena with buffers reused by liveness. Later runs at
 // the same shapes use the arena and allocate nothing. A data-dependent op whose output shape changes
 // falls back to per-value buffers for the rest of that run and triggers a re-plan.
+//
+// The context keeps the per-run state; the decisions live in their own units: which steps are views
+// or update in place comes from the kernels' registry declarations (runtime/kernel.h StepMemory),
+// lifetimes and the arena layout from runtime/memory_plan.h, streaming state slabs from
+// runtime/state_placement.h, and running one step from runtime/run_step.cpp.
 #pragma once
 
 #include <memory>
@@ -13,7 +18,9 @@
 #include <vector>
 
 #include "runtime/kernel.h"
+#include "runtime/memory_plan.h"
 #include "runtime/plan.h"
+#include "runtime/state_placement.h"
 
 namespace kiln {
 
@@ -32,14 +39,14 @@ class ExecutionContext {
   // agree (an error names the output and both shapes otherwise). An empty view unbinds.
   Status bind_output(const std::string& name, const TensorView& buffer);
 
-  // Streaming state (what StreamingSession uses; see runtime/state_placement.cpp). A state tensor
+  // Streaming state (what StreamingSession uses; see runtime/state_placement.h). A state tensor
   // lives in a caller-owned buffer laid out as slabs: the dims before `axis` index slabs that are
   // `slab_pitch` bytes apart, each holding up to `capacity_rows` rows along `axis` (rows are
   // contiguous, as are the dims after `axis`). Growing a cache along `axis` then never moves it.
   //
-  // A state input is read in place when every reader selects single slabs by constant leading
-  // Gathers (a layer's slice of a stacked KV cache); otherwise binding it fails and the caller
-  // passes a contiguous copy instead. `view.data` is the first row of slab 0.
+  // A state input is read in place when every reader selects single slabs by leading views at an
+  // offset (constant leading Gathers: a layer's slice of a stacked KV cache); otherwise binding it
+  // fails and the caller passes a contiguous copy instead. `view.data` is the first row of slab 0.
   Status set_state_input(const std::string& name, const TensorView& view, int axis, int64_t slab_pitch);
   // A state output is written into the same kind of buffer. When the steps producing it are a tree
   // of Concat/Unsqueeze over per-slab producers (torch.stack of per-layer caches), those producers
@@ -51,10 +58,11 @@ class ExecutionContext {
   // nothing was copied and output() holds it contiguously), and the bytes copied for state.
   bool state_output_in_place(const std::string& name) const;
   bool state_output_overflowed(const std::string& name) const;
-  uint64_t state_bytes_copied() const { return state_bytes_copied_; }
+  uint64_t state_bytes_copied() const { return state_.bytes_copied(); }
 
   // In-place updates of an input (runtime/update_in_place.cpp; what Session uses for a fixed-size
-  // KV cache whose step writes one row at cur_pos). Allows the chain of ScatterND steps starting at
+  // KV cache whose step writes one row at cur_pos). Allows the chain of update steps (ScatterND, as
+  // its registry entry declares) starting at
   // `input` to write into the input's own buffer instead of copying it first, wherever nothing
   // reads the old contents afterwards. Call before the first run. The caller then owns the
   // consequence: the input's buffer holds the updated tensor after run().
@@ -79,7 +87,7 @@ class ExecutionContext {
   const Kernel& kernel(size_t step) const { return *kernels_[step]; }
   size_t arena_bytes() const { return arena_bytes_; }
   // dtype and shape of any value in the last run (for tools that inspect a plan's shapes).
-  TensorDesc value_desc(int value) const { return producer_[value] >= 0 ? planned_[value] : views_[value].desc(); }
+  TensorDesc value_desc(int value) const { return memory_.producer[value] >= 0 ? planned_[value] : views_[value].desc(); }
   // Per-step wall time of the runs made while profiling is on (for the layer profile); off by
   // default so timed runs carry no clock reads.
   void set_profiling(bool on);
@@ -92,63 +100,40 @@ class ExecutionContext {
 
  private:
   explicit ExecutionContext(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
+  // Step running (runtime/run_step.cpp): binds a step's outputs (a view, a placed state slab, a
+  // bound output, the arena or a buffer of its own) and runs its kernel.
   Status run_step(size_t s, bool use_arena);
-  // The byte offset of a conditional view's output (view_step_ 3) within its input when the run's
-  // shapes make it a view: a Slice of one contiguous block, a Transpose moving only dims of 1.
-  std::optional<int64_t> conditional_view_offset(const PlanStep& step, std::span<const TensorView> in,
-                                                 const TensorDesc& out) const;
+  Status run_view_step(size_t s, std::span<const TensorView> in, const TensorDesc& out, bool* done);
+  Status bind_step_output(size_t s, size_t o, const TensorDesc& desc, bool use_arena, bool* shapes_changed);
   Status plan_arena();
-  void place_concat_inputs();
   void release_dead_buffers(size_t s);
   Status check_named_dims() const;
-  // Streaming state (runtime/state_placement.cpp).
-  Status check_state_readers(int value, const Shape& shape, int axis, std::string* why) const;
 
-  struct Placement;
-  bool place_value(int value, char* base, int axis, int64_t pitch, Placement& pl) const;
-  void plan_state_placement();
-  Status finish_state_outputs();
-
+  // What is fixed for the plan (shared by nothing else: a context owns its kernels).
   std::shared_ptr<const Plan> plan_;
   std::vector<std::unique_ptr<Kernel>> kernels_;
-  std::vector<TensorView> views_;            // current view of every value
-  std::vector<TensorDesc> planned_;          // descs the arena was planned for
-  std::vector<size_t> offsets_;              // arena offset per value (planned values only)
-  std::vector<Tensor> heap_buffers_;         // per-value buffers of an unplanned run
-  std::vector<int> heap_in_use_;             // values that got a heap buffer since the last planned run
+  PlanMemory memory_;                         // views, joins, producers, lifetimes (runtime/memory_plan.h)
+  struct SharedDim { int input_a, dim_a, input_b, dim_b; };
+  std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
+  // Per-run state.
+  std::vector<TensorView> views_;             // current view of every value
+  std::vector<TensorDesc> planned_;           // descs the arena was planned for
+  ArenaLayout layout_;                        // where each planned value lives in the arena
+  std::vector<Tensor> heap_buffers_;          // per-value buffers of an unplanned run
+  std::vector<int> heap_in_use_;              // values that got a heap buffer since the last planned run
   std::vector<bool> input_bound_;
   std::vector<TensorView> bound_outputs_;     // per value; dtype kUndefined = not bound
   std::vector<Shape> planned_input_shapes_;
-  std::vector<bool> prepared_;               // per step: prepared for the current shapes
-  std::vector<int> last_use_;                // per value: last step reading it (steps.size() for outputs)
-  std::vector<int> alias_root_;              // per value: the value whose buffer it views, or -1
-  std::vector<char> view_step_;              // per step: 1 = view of input 0 (Reshape & co.), 2 = view at a Gather offset,
-                                             // 3 = a view at some shapes only (Slice, Transpose; else it copies)
-  struct SharedDim { int input_a, dim_a, input_b, dim_b; };
-  std::vector<SharedDim> shared_dims_;        // input dims that share a dim name
+  std::vector<bool> prepared_;                // per step: prepared for the current shapes
   std::shared_ptr<void> arena_;
   size_t arena_bytes_ = 0;
   bool arena_valid_ = false;
+  StatePlacement state_;                      // streaming state slabs (runtime/state_placement.h)
+  std::vector<char> update_in_place_;         // per step: an update writing into its data input's buffer
+  uint64_t update_bytes_ = 0;
   // Scratch spans reused by every step, sized once at creation.
   std::vector<TensorView> in_scratch_, out_scratch_;
   std::vector<TensorDesc> desc_scratch_;
-  // Streaming state: per value, the slab pitch in bytes (0 = contiguous) and the slab axis of a
-  // state input or a Gather view of one; placed_ is where a placed value is written (or nullptr).
-  std::vector<int64_t> slab_pitch_;
-  std::vector<int> slab_axis_;
-  std::vector<std::vector<int>> readers_;     // per value: steps reading it
-  std::vector<int> producer_;                 // per value: the step writing it, or -1
-  struct StateOutput { int value; char* base; int axis; int64_t pitch; int64_t capacity_rows; bool in_place; bool overflowed; };
-  std::vector<StateOutput> state_outputs_;
-  std::vector<char*> placed_;
-  struct Placement { std::vector<char*> at; std::vector<char> skip, multi; };
-  Placement placement_done_, placement_try_;  // scratch of plan_state_placement
-  std::vector<int> concat_host_;              // per value: the Concat output whose buffer holds it, or -1
-  std::vector<size_t> concat_offset_;         // its byte offset in there
-  std::vector<char> skip_step_;               // per step: a Concat whose inputs were written in place
-  uint64_t state_bytes_copied_ = 0;
-  std::vector<char> update_in_place_;         // per step: a ScatterND writing into its data input's buffer
-  uint64_t update_bytes_ = 0;
   bool profiling_ = false;
   std::vector<double> step_ms_;
   std::vector<double> step_begin_ms_;

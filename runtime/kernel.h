@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,6 +63,39 @@ struct KernelArgs {
 
 using KernelFactory = std::function<StatusOr<std::unique_ptr<Kernel>>(const KernelArgs&, AttrReader&)>;
 
+// How a step's output may share memory with its inputs. Declared by the kernel's registry entry
+// (as ONNX Runtime's kernels declare Alias and MayInplace), so the execution context decides views
+// and in-place writes from declarations and never recognises an op by its name.
+enum class OutputAlias : uint8_t {
+  kNone,          // output 0 gets its own buffer
+  kView,          // output 0 is input 0's bytes under another shape (Reshape, Squeeze, Identity, ...)
+  kViewAtOffset,  // output 0 is one contiguous block of input 0 at every shape (a leading constant Gather)
+  kMayView,       // output 0 is a block of input 0 at some shapes only; at the others the kernel copies
+};
+
+struct StepMemory {
+  OutputAlias alias = OutputAlias::kNone;
+  // For kViewAtOffset and kMayView: where output 0 starts in input 0 at this run's shapes, in bytes,
+  // or -1 when it is not a view at these shapes (kMayView only; the kernel then runs). An error for
+  // inputs the kernel itself would reject (an out-of-range index), since a view skips the kernel.
+  Status (*view_offset)(const AttrMap& attrs, std::span<const TensorView> in, const TensorDesc& out, int64_t* offset) = nullptr;
+  // Concat-like: output 0 is the inputs laid end to end along this axis (negative counts from the
+  // end), and the kernel does not copy an input whose data already sits at its place in output 0.
+  std::optional<int64_t> joins_inputs_along;
+  // ScatterND-like: output 0 may be input 0's buffer updated in place; the kernel then writes only
+  // the elements this input holds (-1: the kernel never updates in place).
+  int updates_input_with = -1;
+};
+
+// What a memory rule sees of a step when a context is created: its attributes and, per input, the
+// constant tensor it reads (nullptr for a computed or absent input).
+struct MemoryQuery {
+  const AttrMap& attrs;
+  std::span<const Tensor* const> constant_inputs;
+  size_t num_outputs = 0;
+};
+using MemoryRule = StepMemory (*)(const MemoryQuery&);
+
 // One implementation of one op. `priority`: higher wins when the builder picks automatically;
 // reference kernels are priority 0.
 struct KernelEntry {
@@ -75,6 +109,8 @@ struct KernelEntry {
   uint64_t cpu_features = 0;
   // "" for an ONNX op, kKilnDomain for one of kiln's fused ops.
   std::string domain = {};
+  // The step's memory declaration (views, in-place writes); nullptr = none.
+  MemoryRule memory = nullptr;
 };
 
 class KernelRegistry {
@@ -94,6 +130,10 @@ class KernelRegistry {
   bool supports(std::string_view domain, std::string_view op_type) const;
   std::vector<std::string> op_types() const;  // sorted, unique
   std::vector<const KernelEntry*> implementations(std::string_view op_type) const;  // best first
+  // The memory declaration of `op_type` in `domain` (the same for each implementation of an op).
+  MemoryRule memory_rule(std::string_view domain, std::string_view op_type) const;
+  // Declares the memory rule of every registered implementation of `op_type` (default domain).
+  void set_memory_rule(std::string_view op_type, MemoryRule rule);
 
   // Creates a kernel: `impl` empty means best available. Fails with a message naming the op, the
   // node and the reason (unknown op, bad attribute, unsupported attribute).

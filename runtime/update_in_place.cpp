@@ -2,10 +2,11 @@
 // index_put / StaticCache: `cache[..., cur_pos, :] = new_row`) writes the new rows into the
 // cache's own buffer instead of copying the whole cache and then writing them.
 //
-// A ScatterND step may update its data input's buffer in place when (1) the data input is the
+// An update step (one whose registry entry declares StepMemory::updates_input_with: ScatterND)
+// may update its data input's buffer in place when (1) the data input is the
 // allowed input itself or the output of an earlier in-place update of it (a chain over the layers
 // of a stacked cache), and (2) nothing reads that buffer after the step: the last use of the
-// buffer, views of it included (last_use_ is extended over aliases at creation), is this step.
+// buffer, views of it included (lifetimes are extended over aliases, runtime/memory_plan.h), is this step.
 // The output then aliases the input like a view, so it takes no arena space and its own readers
 // extend the buffer's lifetime for the next link of the chain.
 #include "runtime/execution_context.h"
@@ -25,22 +26,20 @@ Status ExecutionContext::allow_update_in_place(const std::string& input) {
   in_chain[root] = 1;
   for (size_t s = 0; s < plan_->steps.size(); ++s) {
     const PlanStep& step = plan_->steps[s];
-    if (!step.domain.empty() || step.op_type != "ScatterND" || step.inputs.size() < 3 || step.outputs.size() != 1) continue;
+    if (memory_.step[s].updates_input_with < 0 || step.inputs.empty() || step.outputs.size() != 1) continue;
     const int data = step.inputs[0];
-    if (data < 0 || !in_chain[data] || last_use_[root] != static_cast<int>(s)) continue;
+    if (data < 0 || !in_chain[data] || memory_.last_use[root] != static_cast<int>(s)) continue;
     // Indices and updates must not be views of the buffer being written.
     bool reads_itself = false;
     for (size_t i = 1; i < step.inputs.size(); ++i) {
       if (step.inputs[i] < 0) continue;
-      const int r = alias_root_[step.inputs[i]] >= 0 ? alias_root_[step.inputs[i]] : step.inputs[i];
-      reads_itself = reads_itself || in_chain[r] || in_chain[step.inputs[i]];
+      reads_itself = reads_itself || in_chain[memory_.root(step.inputs[i])] || in_chain[step.inputs[i]];
     }
     if (reads_itself) continue;
     const int out = step.outputs[0];
     update_in_place_[s] = 1;
     in_chain[out] = 1;
-    alias_root_[out] = root;
-    last_use_[root] = std::max(last_use_[root], last_use_[out]);
+    memory_.alias(out, root);
   }
   return Status::Ok();
 }
@@ -51,8 +50,8 @@ bool ExecutionContext::updates_in_place(const std::string& output, const std::st
     if (plan_->values[v].name == input) in = v;
   for (int v : plan_->outputs)
     if (plan_->values[v].name == output) out = v;
-  if (in < 0 || out < 0 || producer_[out] < 0) return false;
-  return update_in_place_[producer_[out]] && alias_root_[out] == in;
+  if (in < 0 || out < 0 || memory_.producer[out] < 0) return false;
+  return update_in_place_[memory_.producer[out]] && memory_.alias_root[out] == in;
 }
 
 }  // namespace kiln

@@ -49,6 +49,17 @@ std::vector<const KernelEntry*> KernelRegistry::implementations(std::string_view
   return out;
 }
 
+MemoryRule KernelRegistry::memory_rule(std::string_view domain, std::string_view op_type) const {
+  for (const auto& e : entries_)
+    if (e.op_type == op_type && e.domain == domain && e.memory) return e.memory;
+  return nullptr;
+}
+
+void KernelRegistry::set_memory_rule(std::string_view op_type, MemoryRule rule) {
+  for (auto& e : entries_)
+    if (e.op_type == op_type && e.domain.empty()) e.memory = rule;
+}
+
 StatusOr<std::unique_ptr<Kernel>> KernelRegistry::create(const KernelArgs& args, const AttrMap& attrs,
                                                          std::string_view impl) const {
   const std::string where = "node '" + std::string(args.node_name) + "' (" + std::string(args.op_type) + ")";

@@ -481,6 +481,35 @@ KernelOr make_reverse_sequence(const KernelArgs&, AttrReader& attrs) {
       });
 }
 
+// Gather on axis 0 with one constant index selects one contiguous block of a C-order tensor: a view
+// at an offset (one layer's slice of a stacked KV cache), never a copy.
+Status leading_gather_offset(const AttrMap&, std::span<const TensorView> in, const TensorDesc&, int64_t* offset) {
+  // The kernel checks its index in run(), which a view skips: check it here.
+  const int64_t dim0 = in[0].shape.rank() > 0 ? in[0].shape[0] : 0;
+  int64_t i = read_int(in[1], 0);
+  if (!fix_index(i, dim0))
+    return OutOfRange("index " + std::to_string(read_int(in[1], 0)) + " is out of range [" + std::to_string(-dim0) + ", " +
+                      std::to_string(dim0) + ") for input 0 dim 0");
+  *offset = i * in[0].shape.numel(1, in[0].shape.rank()) * static_cast<int64_t>(dtype_size(in[0].dtype));
+  return Status::Ok();
+}
+
+StepMemory gather_memory(const MemoryQuery& q) {
+  auto axis = q.attrs.find("axis");
+  if (axis != q.attrs.end() && (axis->second.kind != Attribute::Kind::kInt || axis->second.i != 0)) return {};
+  if (q.num_outputs != 1 || q.constant_inputs.size() != 2 || !q.constant_inputs[1]) return {};
+  const Tensor& idx = *q.constant_inputs[1];
+  if (!dtype_is_integer(idx.dtype()) || idx.numel() != 1 || idx.shape().rank() > 1) return {};
+  return {.alias = OutputAlias::kViewAtOffset, .view_offset = leading_gather_offset};
+}
+
+// ScatterND (PyTorch's index_put on a fixed-size cache) may write its updates into its data
+// input's buffer when nothing reads the old contents afterwards (runtime/update_in_place.cpp).
+StepMemory scatter_nd_memory(const MemoryQuery& q) {
+  if (q.num_outputs != 1 || q.constant_inputs.size() != 3) return {};
+  return {.updates_input_with = 2};
+}
+
 }  // namespace
 
 void register_tensor_index_kernels(KernelRegistry& r) {
@@ -492,6 +521,8 @@ void register_tensor_index_kernels(KernelRegistry& r) {
   r.add({"ScatterND", "reference", 0, make_scatter_nd});
   r.add({"OneHot", "reference", 0, make_onehot});
   r.add({"ReverseSequence", "reference", 0, make_reverse_sequence});
+  r.set_memory_rule("Gather", gather_memory);
+  r.set_memory_rule("ScatterND", scatter_nd_memory);
 }
 
 }  // namespace kiln

@@ -486,6 +486,12 @@ KernelOr make_trilu(const KernelArgs&, AttrReader& attrs) {
       });
 }
 
+// Reshape-likes: output 0 is input 0's bytes under another shape, never a copy.
+StepMemory view_of_input(const MemoryQuery& q) {
+  if (q.num_outputs != 1 || q.constant_inputs.empty()) return {};
+  return {.alias = OutputAlias::kView};
+}
+
 }  // namespace
 
 void register_tensor_kernels(KernelRegistry& r) {
@@ -502,6 +508,7 @@ void register_tensor_kernels(KernelRegistry& r) {
   r.add({"Range", "reference", 0, make_range});
   r.add({"EyeLike", "reference", 0, make_eye_like});
   r.add({"Trilu", "reference", 0, make_trilu});
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) r.set_memory_rule(op, view_of_input);
   register_tensor_layout_kernels(r);
   register_tensor_index_kernels(r);
   register_tensor_select_kernels(r);

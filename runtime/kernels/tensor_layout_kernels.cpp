@@ -583,6 +583,63 @@ KernelOr make_space_to_depth(const KernelArgs&, AttrReader& attrs) {
       });
 }
 
+// A Transpose is a view (offset 0) whenever it moves only dims of size 1 ([S, 1, D] -> [1, S, D]).
+Status transpose_view_offset(const AttrMap& attrs, std::span<const TensorView> in, const TensorDesc&, int64_t* offset) {
+  *offset = -1;
+  const Shape& x = in[0].shape;
+  std::vector<int64_t> perm_attr;
+  if (auto it = attrs.find("perm"); it != attrs.end()) perm_attr = it->second.ints;
+  int perm[kMaxRank];
+  if (!transpose_perm(perm_attr, x.rank(), perm).ok()) return Status::Ok();  // the kernel reports it
+  int last = -1;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (x[perm[i]] == 1) continue;
+    if (perm[i] < last) return Status::Ok();
+    last = perm[i];
+  }
+  *offset = 0;
+  return Status::Ok();
+}
+
+// A Slice with unit steps is one contiguous block of its input whenever every dim before the first
+// sliced one is 1 (pos_table[:S], x[:, -1:] of [1, S, D]).
+Status slice_view_offset(const AttrMap&, std::span<const TensorView> in, const TensorDesc& out, int64_t* offset) {
+  *offset = -1;
+  const Shape& x = in[0].shape;
+  if (out.shape.rank() != x.rank() || (out.shape.numel() > 0 && !in[0].data)) return Status::Ok();
+  SliceParams p;
+  if (!slice_params(SliceAttrs{}, in, &p).ok()) return Status::Ok();  // the kernel reports it
+  for (int d = 0; d < x.rank(); ++d)
+    if (p.out[d] > 1 && p.step[d] != 1) return Status::Ok();  // strided or reversed
+  int first = 0;
+  while (first < x.rank() && p.out[first] == x[first]) ++first;
+  if (first == x.rank()) return *offset = 0, Status::Ok();  // the whole input
+  for (int d = 0; d < first; ++d)
+    if (x[d] != 1) return Status::Ok();
+  for (int d = first + 1; d < x.rank(); ++d)
+    if (p.out[d] != x[d]) return Status::Ok();
+  *offset = p.start[first] * x.numel(first + 1, x.rank()) * static_cast<int64_t>(dtype_size(in[0].dtype));
+  return Status::Ok();
+}
+
+StepMemory transpose_memory(const MemoryQuery& q) {
+  if (q.num_outputs != 1 || q.constant_inputs.size() != 1) return {};
+  return {.alias = OutputAlias::kMayView, .view_offset = transpose_view_offset};
+}
+
+StepMemory slice_memory(const MemoryQuery& q) {
+  // Slice-10 and later (starts and ends as inputs); the attribute form of opset 1 always copies.
+  if (q.num_outputs != 1 || q.constant_inputs.size() < 3) return {};
+  return {.alias = OutputAlias::kMayView, .view_offset = slice_view_offset};
+}
+
+// Concat copies only the inputs not already at their place in its output (make_concat).
+StepMemory concat_memory(const MemoryQuery& q) {
+  auto axis = q.attrs.find("axis");
+  if (q.num_outputs != 1 || axis == q.attrs.end() || axis->second.kind != Attribute::Kind::kInt) return {};
+  return {.joins_inputs_along = axis->second.i};
+}
+
 }  // namespace
 
 void register_tensor_layout_kernels(KernelRegistry& r) {
@@ -595,6 +652,9 @@ void register_tensor_layout_kernels(KernelRegistry& r) {
   r.add({"Pad", "reference", 0, make_pad});
   r.add({"DepthToSpace", "reference", 0, make_depth_to_space});
   r.add({"SpaceToDepth", "reference", 0, make_space_to_depth});
+  r.set_memory_rule("Transpose", transpose_memory);
+  r.set_memory_rule("Slice", slice_memory);
+  r.set_memory_rule("Concat", concat_memory);
 }
 
 }  // namespace kiln

@@ -1,0 +1,170 @@
+// Memory planning apart from running (runtime/memory_plan.h): views and in-place updates come from
+// the kernels' registry declarations, never from an op's name; the arena layout reuses the memory
+// of dead values, keeps live ones apart and hosts joined inputs in the joined output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "builder/plan/build_plan.h"
+#include "onnx_model_builder.h"
+#include "runtime/execution_context.h"
+#include "runtime/memory_plan.h"
+
+namespace kiln {
+namespace {
+
+using testing::OnnxModelBuilder;
+
+// A plan written by hand: value i is named v<i>, float32; each step reads `in` and writes `out`.
+struct HandPlan {
+  Plan plan;
+  explicit HandPlan(int values) {
+    for (int i = 0; i < values; ++i) plan.values.push_back(PlanValue{.name = "v" + std::to_string(i), .dtype = DType::kFloat32});
+  }
+  HandPlan& step(const std::string& op, std::vector<int> in, std::vector<int> out, const std::string& domain = "") {
+    PlanStep s;
+    s.name = "n" + std::to_string(plan.steps.size());
+    s.op_type = op;
+    s.domain = domain;
+    s.inputs = std::move(in);
+    s.outputs = std::move(out);
+    plan.steps.push_back(std::move(s));
+    return *this;
+  }
+};
+
+StepMemory declares_view(const MemoryQuery&) { return {.alias = OutputAlias::kView}; }
+
+TEST(PlanMemory, ViewsComeFromRegistryDeclarationsNotOpNames) {
+  HandPlan h(5);
+  h.step("Reshape", {0}, {1})                    // a view in the builtin registry
+      .step("Reshape", {1}, {2}, "com.example")  // a plugin reusing the name: never a view
+      .step("CopyOf", {2}, {3})                  // an op the test registry declares a view
+      .step("Relu", {3}, {4});
+  h.plan.inputs = {0};
+  h.plan.outputs = {4};
+
+  const PlanMemory builtin = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  EXPECT_EQ(builtin.step[0].alias, OutputAlias::kView);
+  EXPECT_EQ(builtin.step[1].alias, OutputAlias::kNone);
+  EXPECT_EQ(builtin.step[2].alias, OutputAlias::kNone) << "the builtin registry has no CopyOf";
+  EXPECT_EQ(builtin.alias_root[1], 0);
+  EXPECT_EQ(builtin.alias_root[2], -1);
+
+  // A registry whose Reshape declares nothing and whose CopyOf declares a view.
+  KernelRegistry custom;
+  custom.add(KernelEntry{.op_type = "Reshape", .impl = "reference"});
+  custom.add(KernelEntry{.op_type = "CopyOf", .impl = "reference"});
+  custom.add(KernelEntry{.op_type = "Relu", .impl = "reference"});
+  custom.set_memory_rule("CopyOf", declares_view);
+  const PlanMemory m = PlanMemory::analyze(h.plan, custom);
+  EXPECT_EQ(m.step[0].alias, OutputAlias::kNone) << "a Reshape is a view only because its entry declares it";
+  EXPECT_EQ(m.step[2].alias, OutputAlias::kView);
+  EXPECT_EQ(m.alias_root[3], 2);
+  EXPECT_EQ(m.last_use[2], 3) << "the viewed buffer lives as long as its view is read";
+}
+
+TEST(PlanMemory, DeclaredUpdatesAndJoins) {
+  HandPlan h(7);
+  h.step("ScatterND", {0, 1, 2}, {3}).step("Concat", {3, 3}, {4}).step("Gather", {4, 5}, {6});
+  h.plan.steps[1].attrs["axis"] = Attribute::Int(-1);
+  h.plan.values[5].constant = 0;
+  h.plan.constants.push_back(Tensor::zeros(DType::kInt64, Shape{}));
+  h.plan.inputs = {0, 1, 2};
+  h.plan.outputs = {6};
+  const PlanMemory m = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  EXPECT_EQ(m.step[0].updates_input_with, 2);
+  ASSERT_TRUE(m.step[1].joins_inputs_along.has_value());
+  EXPECT_EQ(*m.step[1].joins_inputs_along, -1);
+  EXPECT_EQ(m.step[2].alias, OutputAlias::kViewAtOffset) << "a Gather of one constant index on axis 0";
+  h.plan.values[5].constant = -1;  // a computed index: a copy
+  EXPECT_EQ(PlanMemory::analyze(h.plan, KernelRegistry::builtin()).step[2].alias, OutputAlias::kNone);
+}
+
+std::vector<TensorDesc> descs(const Plan& plan, const Shape& shape) {
+  return std::vector<TensorDesc>(plan.values.size(), TensorDesc{DType::kFloat32, shape});
+}
+
+bool overlap(const ArenaLayout& l, int a, int b, size_t size) {
+  return l.offsets[a] < l.offsets[b] + size && l.offsets[b] < l.offsets[a] + size;
+}
+
+TEST(ArenaLayout, ReusesDeadMemoryAndKeepsLiveValuesApart) {
+  // v1 = f(v0); v2 = f(v1); v3 = f(v2): v1 is dead once v2 is written, so v3 may take its place.
+  HandPlan h(4);
+  h.step("Relu", {0}, {1}).step("Relu", {1}, {2}).step("Relu", {2}, {3});
+  h.plan.inputs = {0};
+  h.plan.outputs = {3};
+  const PlanMemory m = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  const auto d = descs(h.plan, Shape{1024});  // 4096 bytes: a multiple of the alignment
+  const std::vector<char> bound(4, 0);
+  const ArenaLayout l = layout_arena(h.plan, m, d, bound);
+  const size_t size = 4096;
+  EXPECT_FALSE(overlap(l, 1, 2, size));
+  EXPECT_FALSE(overlap(l, 2, 3, size));
+  EXPECT_EQ(l.offsets[3], l.offsets[1]);
+  EXPECT_EQ(l.bytes, 2 * size);
+}
+
+TEST(ArenaLayout, JoinedInputsAreHostedInTheJoinedOutput) {
+  // v3 = Concat(v1, v2) along axis 1 of [1, N]: both parts are written at their slices of v3.
+  HandPlan h(5);
+  h.step("Relu", {0}, {1}).step("Neg", {0}, {2}).step("Concat", {1, 2}, {3}).step("Abs", {3}, {4});
+  h.plan.steps[2].attrs["axis"] = Attribute::Int(1);
+  h.plan.inputs = {0};
+  h.plan.outputs = {4};
+  const PlanMemory m = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  auto d = descs(h.plan, Shape{1, 16});
+  d[3].shape = Shape{1, 32};
+  d[4].shape = Shape{1, 32};
+  std::vector<char> bound(5, 0);
+  ArenaLayout l = layout_arena(h.plan, m, d, bound);
+  EXPECT_EQ(l.host[1], 3);
+  EXPECT_EQ(l.host[2], 3);
+  EXPECT_EQ(l.offsets[1], l.offsets[3]);
+  EXPECT_EQ(l.offsets[2], l.offsets[3] + 16 * sizeof(float));
+  EXPECT_FALSE(l.offsets[4] < l.offsets[3] + 128 && l.offsets[3] < l.offsets[4] + 128) << "v3 is read while v4 is written";
+  // A part the caller bound to its own buffer is not hosted.
+  bound[1] = 1;
+  l = layout_arena(h.plan, m, d, bound);
+  EXPECT_EQ(l.host[1], -1);
+  EXPECT_EQ(l.host[2], 3);
+}
+
+// A Slice may be a view; a reversed or strided one never is, even when it keeps every dim whole.
+TEST(ExecutionContextViews, ReversedSliceCopies) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{1}, int64_t{6}});
+  b.initializer("start", {-1}, {1}).initializer("end", {-(int64_t{1} << 40)}, {1}).initializer("ax", {1}, {1});
+  b.initializer("back", {-1}, {1}).initializer("zero", {0}, {1}).initializer("big", {int64_t{1} << 40}, {1}).initializer("two", {2}, {1});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("Slice", {"a", "start", "end", "ax", "back"}, {"r"});  // a[:, ::-1]: [1, 6], copied reversed
+  b.node("Slice", {"a", "zero", "big", "ax", "two"}, {"s"});    // a[:, ::2]:  [1, 3], copied strided
+  b.node("Neg", {"r"}, {"y"});
+  b.node("Neg", {"s"}, {"z"});
+  b.output("y").output("z");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  BuildOptions opts;
+  opts.disabled_passes = {"constant_folding"};
+  auto plan = build_plan(*g, opts);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{1, 6});
+  for (int i = 0; i < 6; ++i) x.as<float>()[i] = static_cast<float>(i + 1);
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView& y = (*ctx)->output(0);
+    ASSERT_EQ(y.shape, (Shape{1, 6}));
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(y.as<float>()[i], -static_cast<float>(6 - i)) << "run " << run;
+    const TensorView& z = (*ctx)->output(1);
+    ASSERT_EQ(z.shape, (Shape{1, 3}));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(z.as<float>()[i], -static_cast<float>(2 * i + 1)) << "run " << run;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
