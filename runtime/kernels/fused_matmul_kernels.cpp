@@ -77,9 +77,11 @@ class FusedMatMulReference final : public Kernel {
     std::vector<TensorDesc> mm(1);
     KILN_RETURN_IF_ERROR(matmul_->infer(in.subspan(0, 2), mm));
     mm_shape_ = mm[0].shape;
-    // A residual that broadcasts the output larger than the matmul: the matmul goes to a buffer.
+    // A residual that broadcasts the output larger than the matmul, or any residual (it may be the
+    // output's own buffer, read after the product would have overwritten it): the matmul goes to
+    // a buffer. This is the reference, so the memory is not worth the case analysis.
     mm_buffer_ = Tensor();
-    if (mm_shape_ != out[0].shape) {
+    if (mm_shape_ != out[0].shape || (in.size() > 3 && in[3].present())) {
       KILN_ASSIGN_OR_RETURN(mm_buffer_, Tensor::try_zeros(DType::kFloat32, mm_shape_, "FusedMatMul product"));
     }
     const TensorView mm_view = mm_buffer_.empty() ? out[0] : mm_buffer_.view();

@@ -186,7 +186,7 @@ def main():
     html = os.path.join(work, "page.html")
     d = run([perf, "dashboard", "--db", db, "-o", html, "--baseline", "baseline"])
     gb = os.path.join(work, "gemm.json")
-    bench = run([a.gemm_bench, "--benchmark_filter=panel/M:274/K:384/N:384/cold:0", "--benchmark_repetitions=3",
+    bench = run([a.gemm_bench, "--benchmark_filter=^onednn/M:274/K:384/N:384/cold:0", "--benchmark_repetitions=3",
                  "--benchmark_min_time=0.01", f"--benchmark_out={gb}", "--benchmark_out_format=json"])
     gi = run([perf, "import", "--db", db, "--label", "kernels", gb])
     problems = []

@@ -178,7 +178,11 @@ def main():
         with kiln.InferQueue(engine, "incremental", workers=2) as q:
             futures = [q.submit(inputs) for _ in range(8)]
             outs = [f.result(timeout=120) for f in futures]
-            check("InferQueue results equal a direct run", all(max_err(o[n], kept[n]) == 0 for o in outs for n in kept))
+            # Two workers run at once, so a run may get fewer threads than the direct one did, and
+            # oneDNN's AVX2 gemm sums in an order that depends on its thread count: float
+            # reassociation (~1e-8 here), not a different result.
+            worst = max(max_err(o[n], kept[n]) / max(1.0, float(np.abs(kept[n]).max(initial=0.0))) for o in outs for n in kept)
+            check("InferQueue results equal a direct run", worst <= 1e-6, f"max |queue - direct| / max(1, |direct|) {worst:.3g}")
             late = q.submit(inputs, deadline_ms=-1)
             try:
                 late.result(timeout=60)

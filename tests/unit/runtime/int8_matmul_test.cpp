@@ -1,7 +1,9 @@
 // FusedMatMul in int8 (impl "onednn_int8") against the same quantization computed here in double:
 // A per tensor with the calibrated a_scale (round to nearest, saturated to s8), W per output column
-// (max |W[:, n]| -> 127), the s8 products summed exactly, dequantized, then bias, GELU and residual.
-// At shapes that divide no tile, with every epilogue; and within the quantization's error of fp32.
+// (max |W[:, n]| -> 127, or 63 on a CPU without VNNI: int8_weight_levels()), the s8 products summed
+// exactly, dequantized, then bias, GELU and residual. At shapes that divide no tile, with every
+// epilogue; and within the quantization's error of fp32. A QDQ model's own full-range weights on a
+// CPU without VNNI take the emulated path, which must give the same numbers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernel_runner.h"
+#include "runtime/kernels/fused_matmul_int8.h"
 
 namespace kiln {
 namespace {
@@ -28,8 +31,10 @@ double gelu(double v, const std::string& act) {
   return v;
 }
 
-// The int8 computation in double; `quantize` false gives the fp32 result for comparison.
-std::vector<double> expected(const std::vector<Tensor>& in, const std::string& act, float a_scale, bool quantize) {
+// The int8 computation in double; `quantize` false gives the fp32 result for comparison. `w_scale`
+// empty: the kernel's own per-column scales; else the model's.
+std::vector<double> expected(const std::vector<Tensor>& in, const std::string& act, float a_scale, bool quantize,
+                             const std::vector<float>& w_scale = {}) {
   const int64_t K = in[1].shape()[0], N = in[1].shape()[1], M = in[0].numel() / K;
   const float* a = in[0].as<float>();
   const float* w = in[1].as<float>();
@@ -37,7 +42,8 @@ std::vector<double> expected(const std::vector<Tensor>& in, const std::string& a
   for (int64_t n = 0; n < N; ++n) {
     float amax = 0;
     for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(w[k * N + n]));
-    ws[n] = amax > 0 ? amax / 127.0f : 1.0f;  // the kernel's float scale
+    ws[n] = amax > 0 ? amax / static_cast<float>(int8_weight_levels()) : 1.0f;  // the kernel's float scale
+    if (!w_scale.empty()) ws[n] = w_scale[n];
   }
   auto qa = [&](float x) { return std::clamp(std::nearbyint(static_cast<double>(x * (1.0f / a_scale))), -128.0, 127.0); };
   auto qw = [&](int64_t k, int64_t n) { return std::nearbyint(static_cast<double>(w[k * N + n] / static_cast<float>(ws[n]))); };
@@ -55,14 +61,16 @@ std::vector<double> expected(const std::vector<Tensor>& in, const std::string& a
   return y;
 }
 
-std::pair<Tensor, std::string> run_int8(const std::vector<Tensor>& in, const std::string& act, float a_scale) {
+std::pair<Tensor, std::string> run_int8(const std::vector<Tensor>& in, const std::string& act, float a_scale,
+                                        const std::vector<float>& w_scale = {}) {
   KernelArgs args;
   args.op_type = "FusedMatMul";
   args.node_name = "test";
   args.num_inputs = static_cast<int>(in.size());
   args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, {{"activation", Attribute::String(act)}, {"a_scale", Attribute::Float(a_scale)}},
-                                            "onednn_int8");
+  AttrMap attrs{{"activation", Attribute::String(act)}, {"a_scale", Attribute::Float(a_scale)}};
+  if (!w_scale.empty()) attrs["w_scale"] = Attribute::Floats(w_scale);
+  auto k = KernelRegistry::builtin().create(args, attrs, "onednn_int8");
   EXPECT_TRUE(k.ok()) << k.status().message();
   if (!k.ok()) return {};
   std::vector<TensorView> views;
@@ -121,6 +129,27 @@ TEST(FusedMatMulInt8, BadScaleIsAnError) {
     EXPECT_NE(k.status().message().find("'a_scale'"), std::string::npos) << k.status().message();
     EXPECT_NE(k.status().message().find("'proj'"), std::string::npos) << k.status().message();
   }
+}
+
+// A QDQ model's weights: W = W_q * w_scale with W_q over the whole s8 range. Where oneDNN has no
+// VNNI they cannot run on its int8 matmul without saturating: the emulated path must still give
+// the QDQ arithmetic (q(A) * W_q summed exactly, then scaled).
+TEST(FusedMatMulInt8, ModelScalesOverSevenBitsKeepTheQdqArithmetic) {
+  const int64_t M = 19, K = 70, N = 33;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::vector<float> w_scale(static_cast<size_t>(N)), w(static_cast<size_t>(K * N));
+  for (int64_t n = 0; n < N; ++n) w_scale[n] = 0.002f + 0.0001f * static_cast<float>(n);
+  for (int64_t i = 0; i < K * N; ++i) w[i] = static_cast<float>(q(rng)) * w_scale[i % N];
+  w[0] = 127.0f * w_scale[0];  // at least one weight beyond 7 bits
+  std::vector<Tensor> in{random_f32({M, K}, 3), Tensor::from_vector<float>(w, {K, N}), random_f32({N}, 4), random_f32({M, N}, 5)};
+  const float a_scale = 0.9f / 127.0f;
+  auto [y, impl] = run_int8(in, "gelu_erf", a_scale, w_scale);
+  EXPECT_EQ(impl, int8_weight_levels() == 127 ? "onednn_int8" : "onednn_int8_emulated");
+  const std::vector<double> want = expected(in, "gelu_erf", a_scale, true, w_scale);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(y.as<float>()[i] - want[i]) / std::max(1.0, std::fabs(want[i])));
+  EXPECT_LT(worst, 2e-5);
 }
 
 }  // namespace
