@@ -175,9 +175,12 @@ StatusOr<BuildResult> build_engine(const BuildConfig& cfg, const ProgressFn& pro
                " attention sites fused" + (options.disabled_passes.count("attention_fusion") ? " (fusions.attention: off)" : ""));
       for (const auto& site : bp.attention_sites)
         if (site.fused_node.empty()) progress(step + "  not fused: '" + site.softmax + "': " + site.reason);
-      for (const auto& line : bp.pass_log)
+      for (const auto& line : bp.pass_log) {
         for (const char* shown : {"selected_row_narrowing:", "winograd_layout:", "int8:", "precision_overrides:"})
           if (line.rfind(shown, 0) == 0) progress(step + line);
+        // Attention over a fixed-size cache that reads only the live positions: worth a line each.
+        if (line.rfind("attention_fusion:", 0) == 0 && line.find("live length") != std::string::npos) progress(step + line);
+      }
       if (bf16 && !bp.fp32_ops.empty()) {
         std::string list;
         for (const auto& op : bp.fp32_ops) list += (list.empty() ? "" : ", ") + op;

@@ -1,6 +1,6 @@
 # Embedding (issue 15): kiln as a library people install and link.
 #   libkiln_runtime.so (SONAME libkiln_runtime.so.MAJOR.MINOR) and libkiln_runtime.a: the runtime
-#     (include/kiln/: engine, execution context, streaming session, InferQueue, tensors, status,
+#     (include/kiln/: engine, execution context, session, streaming session, InferQueue, tensors, status,
 #     logging, plugin API, C API). Its dependencies (oneDNN, OpenMP, protobuf) stay private.
 #   libkiln_builder.so: the runtime plus the builder (include/kiln/builder.h: kiln::build), like
 #     TensorRT's libnvinfer next to its lean runtime; a program links one of the two.
@@ -21,7 +21,7 @@ set_target_properties(kiln_runtime PROPERTIES EXPORT_NAME runtime_static)
 set(KILN_PUBLIC_HEADERS
   include/kiln/attributes.h include/kiln/cpu_features.h include/kiln/dtype.h include/kiln/engine.h include/kiln/engine_info.h
   include/kiln/execution_context.h include/kiln/export.h include/kiln/infer_queue.h include/kiln/kiln.h include/kiln/kiln.hpp
-  include/kiln/logging.h include/kiln/plugin_api.h include/kiln/shape.h include/kiln/status.h include/kiln/streaming_session.h
+  include/kiln/logging.h include/kiln/plugin_api.h include/kiln/session.h include/kiln/shape.h include/kiln/status.h include/kiln/streaming_session.h
   include/kiln/streaming_spec.h include/kiln/entry_spec.h include/kiln/tensor.h ${CMAKE_BINARY_DIR}/include/kiln/version.h)
 set(KILN_EXPORTED_TARGETS kiln_runtime_shared)
 

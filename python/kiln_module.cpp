@@ -1,5 +1,5 @@
 // The Python package's extension module, kiln._kiln (python/kiln/__init__.py re-exports it):
-// engines, execution contexts, streaming sessions, the build entry point. The GIL is released
+// engines, execution contexts, sessions, streaming sessions, the build entry point. The GIL is released
 // while kiln runs; a context or session is locked while it runs, so two Python threads sharing one
 // serialize instead of racing (give each thread its own context for parallelism).
 #include <pybind11/stl.h>
@@ -10,6 +10,7 @@
 #include "kiln/builder.h"
 #include "kiln/engine.h"
 #include "kiln/logging.h"
+#include "kiln/session.h"
 #include "kiln/streaming_session.h"
 #include "kiln/version.h"
 #include "py_common.h"
@@ -328,6 +329,88 @@ class Session {
   std::mutex mu_;
 };
 
+// kiln.Session: the entries of a multi-entry engine over state buffers the session keeps.
+// run(entry, inputs) returns every output as a copy; read_state / write_state copy a state.
+class EntrySession {
+ public:
+  explicit EntrySession(EnginePtr engine) : engine_(std::move(engine)) {
+    auto s = api::Session::create(engine_);
+    check(s.status());
+    session_ = std::move(s).value();
+  }
+
+  py::dict run(const std::string& entry, const py::dict& inputs, const std::string& profile) {
+    std::vector<py::array> held;
+    std::vector<std::pair<std::string, TensorView>> views;
+    for (const auto& [key, value] : inputs) {
+      const std::string name = py::str(key);
+      DType dtype = DType::kUndefined;
+      for (const auto& p : engine_->profiles())
+        if (p.entry == entry)
+          for (const auto& b : p.inputs)
+            if (b.name == name) dtype = b.dtype;
+      if (dtype == DType::kUndefined) check(NotFound("entry '" + entry + "' has no input named '" + name + "'"));
+      views.emplace_back(name, input_view(value, dtype, name, held));
+    }
+    StatusOr<std::span<const std::pair<std::string, TensorView>>> outs = Status();
+    // Held until the outputs are copied: they are views a next run would overwrite.
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    {
+      py::gil_scoped_release release;
+      lock.lock();
+      outs = session_->run(entry, views, profile);
+    }
+    check(outs.status());
+    py::dict out;
+    for (const auto& [name, view] : *outs) out[py::str(name)] = copy_to_numpy(view);
+    return out;
+  }
+
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_->reset();
+  }
+
+  py::array read_state(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto t = session_->read_state(name);
+    check(t.status());
+    return tensor_to_numpy(std::move(t).value());
+  }
+
+  void write_state(const std::string& name, const py::handle& value) {
+    const StateBufferSpec* spec = nullptr;
+    for (const auto& st : engine_->info().state)
+      if (st.name == name) spec = &st;
+    if (!spec) check(NotFound("the engine has no state '" + name + "'"));
+    std::vector<py::array> held;
+    const TensorView v = input_view(value, spec->dtype, "state '" + name + "'", held);
+    std::lock_guard<std::mutex> lock(mu_);
+    check(session_->write_state(name, v));
+  }
+
+  std::vector<std::string> state_names() const {
+    std::vector<std::string> names;
+    for (const auto& st : engine_->info().state) names.push_back(st.name);
+    return names;
+  }
+
+  py::dict last_stats() const {
+    const SessionRunStats& s = session_->last_stats();
+    py::dict d;
+    d["profile"] = std::string(s.profile);
+    d["state_bytes_read"] = s.state_bytes_read;
+    d["state_bytes_written"] = s.state_bytes_written;
+    d["state_bytes_copied"] = s.state_bytes_copied;
+    return d;
+  }
+
+ private:
+  EnginePtr engine_;
+  std::unique_ptr<api::Session> session_;
+  std::mutex mu_;
+};
+
 EnginePtr load_engine(const std::string& path, const std::vector<std::string>& plugin_dirs) {
   LoadOptions options;
   options.plugin_dirs = plugin_dirs;
@@ -417,6 +500,18 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("last_stats", &Session::last_stats)
       .def_property_readonly("steps_run", &Session::steps_run)
       .def_property_readonly("cached_rows", &Session::cached_rows);
+
+  py::class_<EntrySession>(m, "Session",
+                           "State kept across the entries of a multi-entry engine: run(entry, inputs), reset(), read_state, write_state.")
+      .def(py::init<EnginePtr>(), py::arg("engine"))
+      .def("run", &EntrySession::run, py::arg("entry"), py::arg("inputs"), py::arg("profile") = "",
+           "Runs one entry with the inputs it does not read from state; returns every output (copies).")
+      .def("reset", &EntrySession::reset, "Zeroes every state buffer.")
+      .def("read_state", &EntrySession::read_state, py::arg("name"), "A copy of a state buffer.")
+      .def("write_state", &EntrySession::write_state, py::arg("name"), py::arg("value"),
+           "Overwrites a state buffer with an array of its dtype and shape.")
+      .def_property_readonly("state_names", &EntrySession::state_names)
+      .def_property_readonly("last_stats", &EntrySession::last_stats);
 
   register_queue(m);
 

@@ -70,6 +70,16 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Engine>
             }
           }
       }
+    for (PositionBound& b : find_position_bounds(*s->engine_->plan(p)))
+      for (size_t k = 0; k < info.inputs.size(); ++k)
+        if (info.inputs[k].name == b.position) {
+          std::string indexes = "input '" + b.data + "'";
+          for (size_t i = 0; i < specs.size(); ++i)
+            for (const auto& sb : specs[i].bindings)
+              if (sb.entry == info.entry && sb.input == b.data) indexes = "state '" + specs[i].name + "'";
+          r.positions.push_back({k, std::move(b), std::move(indexes)});
+          break;
+        }
     if (prepare) KILN_RETURN_IF_ERROR(r.ctx->prepare_for_profile().with_context("preparing profile '" + info.name + "'"));
     for (size_t k = 0; k < info.outputs.size(); ++k) r.outs.emplace_back(info.outputs[k].name, TensorView{});
   }
@@ -87,6 +97,29 @@ int Session::state_of_input(const std::string& entry, const std::string& input) 
     for (const auto& b : states_[i].spec->bindings)
       if (b.entry == entry && b.input == input) return static_cast<int>(i);
   return -1;
+}
+
+// A position at or past the cache length would have the step write a row the cache does not have
+// (seed 001: stop at max length). Checked here so the error names the position, not the ScatterND.
+Status Session::check_positions(const std::string& entry, const ProfileRun& r, std::span<const NamedView> inputs) const {
+  for (const ProfileRun::Position& p : r.positions) {
+    TensorView v;
+    if (r.input_state[p.input] >= 0) {
+      const State& st = states_[r.input_state[p.input]];
+      v = st.buf[st.cur].view();
+    } else {
+      for (const auto& [name, view] : inputs)
+        if (name == p.bound.position) v = view;
+    }
+    if (!v.data || v.numel() != 1 || (v.dtype != DType::kInt64 && v.dtype != DType::kInt32)) continue;  // run() reports it
+    const int64_t pos = read_int(v, 0);
+    if (pos >= 0 && pos < p.bound.limit) continue;
+    return OutOfRange(entry_label(entry) + ": " + p.bound.position + " = " + std::to_string(pos) +
+                      (pos < 0 ? " is negative" : " is at or past the cache length " + std::to_string(p.bound.limit)) +
+                      " (the step writes row " + p.bound.position + " of dim " + std::to_string(p.bound.axis) + " of " + p.indexes +
+                      ", " + std::to_string(p.bound.limit) + " rows); stop at the cache length");
+  }
+  return Status::Ok();
 }
 
 StatusOr<Session::ProfileRun*> Session::pick(const std::string& entry, std::span<const NamedView> inputs, const std::string& profile) {
@@ -137,6 +170,7 @@ StatusOr<std::span<const NamedView>> Session::run(const std::string& entry, std:
     }
     if (!known) return NotFound(entry_label(entry) + " has no input '" + name + "'");
   }
+  KILN_RETURN_IF_ERROR(check_positions(entry, *r, inputs));
   for (size_t k = 0; k < info.inputs.size(); ++k) {
     if (r->input_state[k] >= 0) {
       const State& st = states_[r->input_state[k]];
@@ -185,6 +219,12 @@ StatusOr<std::span<const NamedView>> Session::run(const std::string& entry, std:
   stats_ = std::move(stats);
   last_ = r;
   return std::span<const NamedView>(r->outs);
+}
+
+ExecutionContext* Session::context(const std::string& profile) const {
+  for (const ProfileRun& r : runs_)
+    if (engine_->profiles()[r.profile].name == profile) return r.ctx.get();
+  return nullptr;
 }
 
 StatusOr<TensorView> Session::output(const std::string& name) const {

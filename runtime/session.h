@@ -19,19 +19,13 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/entry_spec.h"
 #include "runtime/engine.h"
+#include "runtime/position_bounds.h"
 
 namespace kiln {
 
 using NamedView = std::pair<std::string, TensorView>;
-
-struct SessionRunStats {
-  std::string_view profile;         // the engine profile that ran (its name in the engine)
-  uint64_t state_bytes_read = 0;    // state-bound inputs, read in place
-  uint64_t state_bytes_written = 0; // state-bound outputs, written in place by the kernels (for an
-                                    // in-place update: the rows it wrote)
-  uint64_t state_bytes_copied = 0;  // state bytes moved outside the model's computation (0 when all in place)
-};
 
 class Session {
  public:
@@ -58,6 +52,9 @@ class Session {
   Status write_state(const std::string& name, const TensorView& value);
 
   const SessionRunStats& last_stats() const { return stats_; }
+  // The execution context that runs engine profile `profile` (e.g. "step/default"), or null: for
+  // tools that profile a step's kernels (ExecutionContext::set_profiling).
+  ExecutionContext* context(const std::string& profile) const;
   const std::shared_ptr<const Engine>& engine() const { return engine_; }
   // Whether `entry` reads state `name` through input `input` (engine-run uses it for --input).
   int state_of_input(const std::string& entry, const std::string& input) const;
@@ -78,9 +75,18 @@ class Session {
     std::vector<char> reads_own;     // per plan output: the entry also reads that state (write the other half)
     std::vector<char> in_place;      // per plan output: an in-place update of the state's input (same half)
     std::vector<NamedView> outs;
+    // Position inputs (runtime/position_bounds.h), checked before every run: the plan input index
+    // of each, its bound, and what it indexes for the error ("state 'cache_k'").
+    struct Position {
+      size_t input = 0;
+      PositionBound bound;
+      std::string indexes;
+    };
+    std::vector<Position> positions;
   };
 
   Session() = default;
+  Status check_positions(const std::string& entry, const ProfileRun& r, std::span<const NamedView> inputs) const;
   StatusOr<ProfileRun*> pick(const std::string& entry, std::span<const NamedView> inputs, const std::string& profile);
   int find_state(const std::string& name) const;
 

@@ -68,6 +68,37 @@ int new_value(Graph& g, const std::string& base, DType dt, std::optional<SymShap
   return v;
 }
 
+// The int64 live length pos + offset (CONTRACT.md input 6), computed once per position value: the
+// layers of a decoder step share it.
+int live_length(Graph& g, int pos, int64_t offset) {
+  int v = pos;
+  if (g.values[pos].dtype != DType::kInt64) {
+    const std::string name = g.values[pos].name + "/int64";
+    for (const Node& n : g.nodes)
+      if (!n.removed && n.name == name) return live_length(g, n.outputs[0], offset);
+    v = new_value(g, name, DType::kInt64, g.values[pos].shape);
+    Node c;
+    c.name = name;
+    c.op_type = "Cast";
+    c.attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kInt64));
+    c.inputs = {pos};
+    c.outputs = {v};
+    add_node(g, std::move(c));
+  }
+  if (offset == 0) return v;
+  const std::string name = g.values[v].name + "/live_length";
+  for (const Node& n : g.nodes)
+    if (!n.removed && n.name == name) return n.outputs[0];
+  const int out = new_value(g, name, DType::kInt64, g.values[v].shape);
+  Node add;
+  add.name = name;
+  add.op_type = "Add";
+  add.inputs = {v, g.add_constant(name + "/offset", Tensor::from_vector<int64_t>({offset}, Shape{}))};
+  add.outputs = {out};
+  add_node(g, std::move(add));
+  return out;
+}
+
 // Rewrites the graph for one match; returns the fused node's name.
 std::string emit(Graph& g, const std::string& softmax, Fused& f) {
   const std::string name = fused_name(g, softmax);
@@ -80,6 +111,7 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
   node.attrs["layout"] = Attribute::String(f.layout);
   node.attrs["mask"] = Attribute::String(f.mask);
   node.attrs["kv_cache"] = Attribute::Int(f.kv_cache ? 1 : 0);
+  if (f.live_pos >= 0) node.attrs["live_length"] = Attribute::Int(1);
   std::sort(f.core.begin(), f.core.end());
   f.core.erase(std::unique(f.core.begin(), f.core.end()), f.core.end());
   for (int i : f.core) {
@@ -98,11 +130,12 @@ std::string emit(Graph& g, const std::string& softmax, Fused& f) {
     mask = nv;
   }
   node.inputs = {f.q, f.k, f.v};
-  if (mask >= 0 || f.kv_cache) node.inputs.push_back(mask);
-  if (f.kv_cache) {
-    node.inputs.push_back(f.k_cache);
-    node.inputs.push_back(f.v_cache);
+  if (mask >= 0 || f.kv_cache || f.live_pos >= 0) node.inputs.push_back(mask);
+  if (f.kv_cache || f.live_pos >= 0) {
+    node.inputs.push_back(f.kv_cache ? f.k_cache : -1);
+    node.inputs.push_back(f.kv_cache ? f.v_cache : -1);
   }
+  if (f.live_pos >= 0) node.inputs.push_back(live_length(g, f.live_pos, f.live_offset));
   int out = f.out;
   if (f.seq_first) {
     // out [S,B,D] -> [S,B·H,Dh]: exactly the value the merged-heads Transpose produced (a view).
@@ -212,7 +245,7 @@ Status attention_fusion(Graph& g, PassContext& ctx) {
     changed = true;
     ctx.attention_sites.push_back({softmax, fused, ""});
     ctx.log.push_back("attention_fusion: fused Softmax '" + softmax + "' into node '" + fused + "' (kiln::Attention, layout " +
-                      f.layout + ", mask " + f.mask + ", kv_cache " + std::to_string(f.kv_cache ? 1 : 0) + ", " +
+                      f.layout + ", mask " + f.mask + ", kv_cache " + std::to_string(f.kv_cache ? 1 : 0) + (f.live_pos >= 0 ? ", live length" : "") + ", " +
                       std::to_string(f.heads) + " heads)");
   }
   if (changed) {

@@ -148,6 +148,7 @@ class SiteMatcher {
     }
     if (f.mask == "bool") resolve_bool_mask(f);
     else if (f.mask == "additive") resolve_additive_mask(f);
+    if (f.mask == "bool" || f.mask == "additive") resolve_live_length(f);
     check_mask_shape(f, x);
     if (!std::isfinite(f.scale) || f.scale == 0) fail("scale is not a finite non-zero number");
     check_no_cycle(f);
@@ -485,6 +486,109 @@ class SiteMatcher {
     f.mask_value = -1;
   }
 
+  // A mask that shows key j iff j <= pos (or j < pos) for one runtime scalar pos: the fixed-size
+  // cache of a decoder step, whose rows past cur_pos are not written yet. Additive: Where(cond,
+  // fill, bias) (or Where(cond, bias, fill)) with fill <= kMaskFillMax; the bias stays the mask.
+  // Bool: the Where condition on the scores itself; no mask stays. Either way the fused node reads
+  // the live length instead, and its kernel never visits the keys past it.
+  void resolve_live_length(Fused& f) {
+    set_score_refs(f);
+    const Dim sk = score_dims().second;
+    if (!sk.is_known()) return;
+    if (f.mask == "bool") {
+      if (auto live = live_condition(f.mask_value, !f.mask_negate, sk.value)) {
+        f.mask = "none";
+        f.mask_value = -1;
+        f.mask_negate = false;
+        f.live_pos = live->first;
+        f.live_offset = live->second;
+      }
+      return;
+    }
+    Node* w = m_.producer_op(f.mask_value, "Where");
+    if (!w || w->inputs.size() != 3) return;
+    const auto a = m_.scalar(w->inputs[1]), b = m_.scalar(w->inputs[2]);
+    int bias = -1;
+    std::optional<std::pair<int, int64_t>> live;
+    if (a && *a <= kMaskFillMax && !b) {  // cond true = hidden
+      bias = w->inputs[2];
+      live = live_condition(w->inputs[0], false, sk.value);
+    } else if (b && *b <= kMaskFillMax && !a) {  // cond true = shown
+      bias = w->inputs[1];
+      live = live_condition(w->inputs[0], true, sk.value);
+    }
+    if (!live || !is_f32(bias)) return;
+    f.mask_value = bias;
+    f.live_pos = live->first;
+    f.live_offset = live->second;
+  }
+
+  // When `cond` (true = shown if `shown_if_true`) shows exactly the keys [0, pos + offset) of
+  // sk: (pos, offset). Through Not, Cast to bool, Unsqueeze, Squeeze, Reshape and Identity (all
+  // keep the element order), down to a comparison of a constant arange(sk) with one scalar; the
+  // condition's shape must be [1, ..., 1, sk], so element j is key j for every query and head.
+  std::optional<std::pair<int, int64_t>> live_condition(int cond, bool shown_if_true, int64_t sk) {
+    const auto cs = m_.shape(cond);
+    if (!cs || cs->empty() || !same_dim(cs->back(), Dim::known(sk))) return std::nullopt;
+    for (size_t i = 0; i + 1 < cs->size(); ++i)
+      if (!(*cs)[i].is_known() || (*cs)[i].value != 1) return std::nullopt;
+    int v = cond;
+    for (int d = 0; d < 8; ++d) {
+      Node* n = m_.producer(v);
+      if (!n || !n->domain.empty() || n->inputs.empty()) return std::nullopt;
+      const std::string& op = n->op_type;
+      if (op == "Not") {
+        shown_if_true = !shown_if_true;
+      } else if (op == "Cast") {
+        if (!n->attrs.count("to") || n->attrs.at("to").i != static_cast<int64_t>(DType::kBool) ||
+            g_.values[n->inputs[0]].dtype != DType::kBool)
+          return std::nullopt;
+      } else if (op != "Unsqueeze" && op != "Squeeze" && op != "Reshape" && op != "Identity") {
+        return compare_arange(*n, shown_if_true, sk);
+      }
+      v = n->inputs[0];
+    }
+    return std::nullopt;
+  }
+
+  // `n` compares arange(sk) (a constant) with a runtime scalar: (scalar, offset) when the keys it
+  // shows (true = shown if `shown_if_true`) are [0, scalar + offset).
+  std::optional<std::pair<int, int64_t>> compare_arange(const Node& n, bool shown_if_true, int64_t sk) {
+    static const std::map<std::string, std::string> kMirror = {
+        {"Less", "Greater"}, {"Greater", "Less"}, {"LessOrEqual", "GreaterOrEqual"}, {"GreaterOrEqual", "LessOrEqual"}};
+    if (!kMirror.count(n.op_type) || n.inputs.size() != 2) return std::nullopt;
+    int arange = n.inputs[0], pos = n.inputs[1];
+    std::string op = n.op_type;  // as "arange op pos"
+    if (!is_arange(arange, sk)) {
+      std::swap(arange, pos);
+      op = kMirror.at(op);
+      if (!is_arange(arange, sk)) return std::nullopt;
+    }
+    const Value& pv = g_.values[pos];
+    if (pv.is_constant() || (pv.dtype != DType::kInt64 && pv.dtype != DType::kInt32)) return std::nullopt;
+    const auto ps = m_.shape(pos);
+    if (!ps) return std::nullopt;
+    for (const Dim& d : *ps)
+      if (!d.is_known() || d.value != 1) return std::nullopt;
+    // j <= pos / j < pos are a prefix of the keys when true; j > pos / j >= pos when false.
+    const bool prefix_if_true = op == "LessOrEqual" || op == "Less";
+    if (prefix_if_true != shown_if_true) return std::nullopt;
+    const int64_t offset = op == "LessOrEqual" || op == "Greater" ? 1 : 0;
+    return std::make_pair(pos, offset);
+  }
+
+  // A constant holding 0, 1, ..., n - 1 (any shape, one non-1 dim).
+  bool is_arange(int v, int64_t n) {
+    const Value& c = g_.values[v];
+    if (!c.is_constant() || c.constant.numel() != n) return false;
+    const Shape& s = c.constant.shape();
+    for (int i = 0; i < s.rank(); ++i)
+      if (s[i] != 1 && s[i] != n) return false;
+    for (int64_t i = 0; i < n; ++i)
+      if (read_double(c.constant.view(), i) != static_cast<double>(i)) return false;
+    return true;
+  }
+
   bool is_tril_ones(const Value& c) {
     const Shape& s = c.constant.shape();
     if (s.rank() < 2) return false;
@@ -606,7 +710,7 @@ class SiteMatcher {
   void check_no_cycle(const Fused& f) {
     std::set<int> core(f.core.begin(), f.core.end());
     std::vector<int> stack;
-    for (int v : {f.q, f.k, f.v, f.mask_value, f.k_cache, f.v_cache})
+    for (int v : {f.q, f.k, f.v, f.mask_value, f.k_cache, f.v_cache, f.live_pos})
       if (v >= 0) stack.push_back(v);
     std::set<int> seen;
     while (!stack.empty()) {

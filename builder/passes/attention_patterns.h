@@ -33,6 +33,10 @@ struct Fused {
   int q = -1, k = -1, v = -1, k_cache = -1, v_cache = -1;
   int out = -1, k_all = -1, v_all = -1;  // values the fused node produces (taken over)
   bool seq_first = false;       // sbd: q/k/v are [S,B,D]; out needs a Reshape to [S,B·H,Dh]
+  // A validity mask built from a position (key j shown iff j <= pos, as `arange(N) <= cur_pos`):
+  // the fused node gets live length pos + live_offset as input 6 and no mask for it.
+  int live_pos = -1;
+  int64_t live_offset = 0;
   std::vector<int> core;        // nodes replaced
 };
 

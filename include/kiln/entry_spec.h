@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/dtype.h"
@@ -24,6 +25,15 @@ struct StateBufferSpec {
   DType dtype = DType::kUndefined;
   std::vector<int64_t> dims;
   std::vector<StateBinding> bindings;
+};
+
+// What one Session::run moved through the state buffers.
+struct SessionRunStats {
+  std::string_view profile;         // the engine profile that ran (its name in the engine)
+  uint64_t state_bytes_read = 0;    // state-bound inputs, read in place
+  uint64_t state_bytes_written = 0; // state-bound outputs, written in place by the kernels (for an
+                                    // in-place update: the rows it wrote)
+  uint64_t state_bytes_copied = 0;  // state bytes moved outside the model's computation (0 when all in place)
 };
 
 // The engine profile name of an entry's profile.

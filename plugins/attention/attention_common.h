@@ -30,10 +30,14 @@ struct Params {
   int64_t block = 0;  // block_causal only
   bool kv_cache = false;
   Precision precision = Precision::kFp32;  // kBf16: Q·Kᵀ and P·V with bf16 inputs, f32 accumulation
+  // Input 6 is a live length L (int64, one element): only keys [0, L) are attended, as if a mask hid
+  // the rest; a fixed-size cache's step then costs O(L), not O(cache length).
+  bool live_length = false;
 };
 
 // Input/output positions (CONTRACT.md).
-constexpr int kQ = 0, kK = 1, kV = 2, kMask = 3, kKCache = 4, kVCache = 5;
+constexpr int kQ = 0, kK = 1, kV = 2, kMask = 3, kKCache = 4, kVCache = 5, kLive = 6;
+constexpr int kMaxInputs = 7;
 
 // Element strides of one [B, S, H, Dh]-addressable tensor: row s of head h of batch b starts at
 // b * batch + h * head + s * row, and its Dh elements are contiguous.
@@ -45,6 +49,9 @@ RowStrides row_strides(Layout layout, int64_t B, int64_t S, int64_t H, int64_t D
 struct Geometry {
   int64_t B = 0, H = 0, Dh = 0, Sq = 0, Sk_new = 0, Sc = 0;
   int64_t Sk_total() const { return Sc + Sk_new; }
+  // Keys [0, live) are attended (live_length; set per run from input 6), else -1: all Sk_total.
+  int64_t live = -1;
+  int64_t key_limit() const { return live >= 0 && live < Sk_total() ? live : Sk_total(); }
   // Mask strides for [B, H, Sq, Sk_total] (0 on broadcast dims); meaningful for bool/additive.
   int64_t mask_stride[4] = {0, 0, 0, 0};
   // Absolute position of query 0 (CONTRACT.md: the queries are the last Sq positions).
@@ -56,6 +63,8 @@ StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> 
 // Output descriptors for a validated geometry (1 or 3 outputs).
 void output_descs(const Params& p, const Geometry& g, std::span<TensorDesc> outputs);
 int num_outputs(const Params& p);
+// With live_length: input 6's value, checked against [1, Sk_total] (the error names both).
+StatusOr<int64_t> read_live_length(const Geometry& g, const TensorView& live);
 
 // First key index that query row at absolute position `pos` may NOT see under a causal or
 // block-causal mask (keys [0, limit) are visible).

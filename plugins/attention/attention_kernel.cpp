@@ -230,14 +230,15 @@ void write_rows(const Problem& pr, const Scratch& sc, int64_t q0, int64_t n) {
 }
 
 // The key range [0, k_end) rows [q0, q0 + nq) may see, and the keys below all_visible_below that
-// all of them see (positional masks; otherwise every key).
+// all of them see (positional masks; otherwise every key). A live length ends both: no key tile,
+// mask or bias column at or past it is read.
 struct KeyRange {
   int64_t k_end, all_visible_below;
 };
 KeyRange key_range(const Problem& pr, int64_t q0, int64_t nq) {
   const Params& p = *pr.p;
   const Geometry& g = *pr.g;
-  KeyRange r{g.Sk_total(), g.Sk_total()};
+  KeyRange r{g.key_limit(), g.key_limit()};
   if (p.mask == MaskKind::kCausal || p.mask == MaskKind::kBlockCausal) {
     r.k_end = std::clamp<int64_t>(visible_limit(p, g.query_offset() + q0 + nq - 1), 0, r.k_end);
     r.all_visible_below = visible_limit(p, g.query_offset() + q0);

@@ -19,16 +19,18 @@ using attention::Params;
 
 // The inputs' descriptors without touching the heap (infer runs before every run).
 struct InputDescs {
-  TensorDesc d[6];
+  TensorDesc d[attention::kMaxInputs];
   size_t n = 0;
-  explicit InputDescs(std::span<const TensorView> views) : n(std::min<size_t>(views.size(), 6)) {
+  explicit InputDescs(std::span<const TensorView> views) : n(std::min<size_t>(views.size(), attention::kMaxInputs)) {
     for (size_t i = 0; i < n; ++i) d[i] = views[i].desc();
   }
   std::span<const TensorDesc> span() const { return {d, n}; }
 };
 
 Status check_input_limit(size_t n) {
-  if (n > 6) return InvalidArgument("kiln::Attention takes at most 6 inputs, got " + std::to_string(n));
+  if (n > attention::kMaxInputs)
+    return InvalidArgument("kiln::Attention takes at most " + std::to_string(attention::kMaxInputs) + " inputs, got " +
+                           std::to_string(n));
   return Status::Ok();
 }
 
@@ -80,7 +82,11 @@ class AttentionRun final : public PluginRun {
         return InvalidArgument("kiln::Attention: output " + std::to_string(i) + " is " + dtype_name(outputs[i].dtype) +
                                " " + outputs[i].shape.str() + ", expected " + dtype_name(expected_out_[i].dtype) +
                                " " + expected_out_[i].shape.str());
-    return attention::run_attention(p_, geometry_, inputs, outputs, workspace, slots_);
+    if (!p_.live_length) return attention::run_attention(p_, geometry_, inputs, outputs, workspace, slots_);
+    // The live length is a value, not a shape: read every run, the geometry copied (no allocation).
+    Geometry g = geometry_;
+    KILN_ASSIGN_OR_RETURN(g.live, attention::read_live_length(g, inputs[attention::kLive]));
+    return attention::run_attention(p_, g, inputs, outputs, workspace, slots_);
   }
 
  private:
@@ -94,8 +100,8 @@ class AttentionRun final : public PluginRun {
   Params p_;
   int slots_;
   Geometry geometry_;
-  // Inputs geometry_ was derived from (at most 6; num_seen_ == 0 before the first validation).
-  TensorDesc seen_[6];
+  // Inputs geometry_ was derived from (num_seen_ == 0 before the first validation).
+  TensorDesc seen_[attention::kMaxInputs];
   size_t num_seen_ = 0;
   TensorDesc expected_out_[3];
 };
@@ -113,6 +119,10 @@ class AttentionBuild final : public PluginBuild {
                            : p_.mask == MaskKind::kAdditive ? DType::kFloat32
                                                             : DType::kUndefined;
         if (dt[i] != want) return false;
+      } else if (i == attention::kLive) {
+        if (!p_.live_length || dt[i] != DType::kInt64) return false;
+      } else if ((i == attention::kKCache || i == attention::kVCache) && !p_.kv_cache) {
+        if (!p_.live_length || dt[i] != DType::kUndefined) return false;
       } else if (dt[i] != DType::kFloat32) {
         return false;
       }
@@ -186,6 +196,7 @@ class AttentionBuild final : public PluginBuild {
     f["kv_cache"] = Attribute::Int(p_.kv_cache ? 1 : 0);
     // Written only when not the default, so fp32 engines keep their fields.
     if (p_.precision == attention::Precision::kBf16) f["precision"] = Attribute::String("bf16");
+    if (p_.live_length) f["live_length"] = Attribute::Int(1);
     return f;
   }
 
@@ -212,7 +223,7 @@ class AttentionCreator final : public PluginCreator {
     using K = Attribute::Kind;
     return {{"num_heads", K::kInt, true}, {"scale", K::kFloat, true},   {"layout", K::kString, false},
             {"mask", K::kString, false},  {"block", K::kInt, false},    {"kv_cache", K::kInt, false},
-            {"precision", K::kString, false}};
+            {"precision", K::kString, false}, {"live_length", K::kInt, false}};
   }
 
   StatusOr<std::unique_ptr<PluginBuild>> create(const AttrMap& fields) const noexcept override {
@@ -287,6 +298,11 @@ class AttentionCreator final : public PluginCreator {
       if (it->second.s == "fp32") p.precision = attention::Precision::kFp32;
       else if (it->second.s == "bf16") p.precision = attention::Precision::kBf16;
       else return InvalidArgument("kiln::Attention: field 'precision' = '" + it->second.s + "' is not fp32 or bf16");
+    }
+    if (auto it = fields.find("live_length"); it != fields.end()) {
+      if (it->second.i != 0 && it->second.i != 1)
+        return InvalidArgument("kiln::Attention: field 'live_length' = " + std::to_string(it->second.i) + " must be 0 or 1");
+      p.live_length = it->second.i == 1;
     }
     return std::unique_ptr<PluginBuild>(std::make_unique<AttentionBuild>(p));
   }

@@ -11,6 +11,10 @@ Status reference_attention(const Params& p, std::span<const TensorView> in, std:
   for (const TensorView& v : in) descs.push_back(v.desc());
   KILN_ASSIGN_OR_RETURN(Geometry g, validate_inputs(p, descs));
   const int64_t Sk = g.Sk_total();
+  int64_t live = Sk;
+  if (p.live_length) {
+    KILN_ASSIGN_OR_RETURN(live, read_live_length(g, in[kLive]));
+  }
   const RowStrides qs = row_strides(p.layout, g.B, g.Sq, g.H, g.Dh);
   const RowStrides ks = row_strides(p.layout, g.B, g.Sk_new, g.H, g.Dh);
   const RowStrides cs = row_strides(p.layout, g.B, g.Sc, g.H, g.Dh);
@@ -33,6 +37,10 @@ Status reference_attention(const Params& p, std::span<const TensorView> in, std:
           const float* kj = key_row(0, b, h, j);
           for (int64_t d = 0; d < g.Dh; ++d) s += static_cast<double>(qi[d]) * kj[d];
           s *= p.scale;
+          if (j >= live) {  // past the live length: hidden, its mask entry unread
+            scores[j] = neg_inf;
+            continue;
+          }
           switch (p.mask) {
             case MaskKind::kNone: break;
             case MaskKind::kBool: if (!in[kMask].as<const bool>()[m]) s = neg_inf; break;

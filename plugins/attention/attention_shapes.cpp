@@ -10,7 +10,7 @@ namespace kiln::attention {
 namespace {
 
 const char* input_name(int i) {
-  static const char* const names[] = {"q", "k", "v", "mask", "k_cache", "v_cache"};
+  static const char* const names[] = {"q", "k", "v", "mask", "k_cache", "v_cache", "live"};
   return names[i];
 }
 
@@ -73,9 +73,30 @@ RowStrides row_strides(Layout layout, int64_t B, int64_t S, int64_t H, int64_t D
 
 int num_outputs(const Params& p) { return p.kv_cache ? 3 : 1; }
 
+StatusOr<int64_t> read_live_length(const Geometry& g, const TensorView& live) {
+  const int64_t L = *live.as<const int64_t>();
+  // Past the keys would attend rows that hold no key; 0 or below would attend none.
+  if (L < 1 || L > g.Sk_total())
+    return InvalidArgument("kiln::Attention: input 6 (live length) = " + std::to_string(L) + " is outside [1, " +
+                           std::to_string(g.Sk_total()) + "], the keys it may attend");
+  return L;
+}
+
 StatusOr<Geometry> validate_inputs(const Params& p, std::span<const TensorDesc> in) {
   const size_t n = in.size();
-  if (p.kv_cache) {
+  if (p.live_length) {
+    // q, k, v, mask, k_cache, v_cache, live: the mask and (without kv_cache) the caches absent.
+    if (n != kMaxInputs)
+      return InvalidArgument("kiln::Attention with live_length = 1 expects 7 inputs (q, k, v, mask, k_cache, v_cache, live), got " +
+                             std::to_string(n));
+    if (in[kLive].dtype != DType::kInt64 || in[kLive].shape.numel() != 1)
+      return InvalidArgument("kiln::Attention: input 6 (live) must be one int64, got " + dtype_name(in[kLive].dtype) + " " +
+                             in[kLive].shape.str());
+    if (!p.kv_cache)
+      for (int i : {kKCache, kVCache})
+        if (in[i].dtype != DType::kUndefined)
+          return InvalidArgument("kiln::Attention: " + input_label(i) + " is given but kv_cache = 0");
+  } else if (p.kv_cache) {
     if (n != 6)
       return InvalidArgument("kiln::Attention with kv_cache = 1 expects 6 inputs (q, k, v, mask, k_cache, v_cache), got " +
                              std::to_string(n));

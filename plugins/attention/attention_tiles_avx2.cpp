@@ -156,8 +156,95 @@ void update(const KeyTile& kt, const Scratch& sc, int64_t nqp, int64_t Dh) {
   accumulate_avx2(sc.s, kt.vrow, sc.o, kt.nk, nqp, Dh, Dhp);
 }
 
+// ---- few rows (decoding's one query, a tile's last 1-4): keys along the loop, Dh on the lanes --
+// The lane path would pad one query to a 32-query tile and do 32 times its work.
+
+float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+// sc.q = scale * Q rows as [nr, Dhp], zero past Dh.
+void pack_few(const float* q, int64_t q_row, int64_t nr, int64_t Dh, float scale, const Scratch& sc) {
+  float* qs = static_cast<float*>(sc.q);
+  const int64_t Dhp = padded_dh(Dh);
+  for (int64_t r = 0; r < nr; ++r) {
+    for (int64_t d = 0; d < Dh; ++d) qs[r * Dhp + d] = q[r * q_row + d] * scale;
+    std::memset(qs + r * Dhp + Dh, 0, sizeof(float) * (Dhp - Dh));
+  }
+}
+
+// sc.s[r * kTk + j] = <Q_r, K_j>: each K row is read once for the nr rows.
+void few_score(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh) {
+  const float* qs = static_cast<const float*>(sc.q);
+  const int64_t Dhp = padded_dh(Dh);
+  const __m256i tail = lane_mask8(Dh % 8);
+  const int64_t whole = Dh / 8 * 8;
+  for (int64_t j = 0; j < kt.nk; ++j) {
+    const float* k = kt.krow[j];
+    __m256 acc[kFewRows];
+    for (int64_t r = 0; r < nr; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < whole; d += 8) {
+      const __m256 kv = _mm256_loadu_ps(k + d);
+      for (int64_t r = 0; r < nr; ++r) acc[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qs + r * Dhp + d), acc[r]);
+    }
+    if (whole < Dh) {
+      const __m256 kv = _mm256_maskload_ps(k + whole, tail);
+      for (int64_t r = 0; r < nr; ++r) acc[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qs + r * Dhp + whole), acc[r]);
+    }
+    for (int64_t r = 0; r < nr; ++r) sc.s[r * kTk + j] = hsum8(acc[r]);
+  }
+}
+
+// Online softmax of the rows' scores (keys [0, nk); masked ones are -inf), then
+// o[r] = alpha[r] * o[r] + sum_j P[r, j] * V_j.
+void few_update(const KeyTile& kt, const Scratch& sc, int64_t nr, int64_t Dh) {
+  const int64_t Dhp = padded_dh(Dh), nk = kt.nk;
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  // Lanes past nk read as -inf (weight 0); a tile row has kTk >= round_up(nk, 8) floats.
+  auto scores = [&](const float* s, int64_t j0) {
+    const __m256i m = lane_mask8(nk - j0);
+    return _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(s + j0, m), _mm256_castsi256_ps(m));
+  };
+  for (int64_t r = 0; r < nr; ++r) {
+    float* s = sc.s + r * kTk;
+    __m256 mx = neg_inf;
+    for (int64_t j0 = 0; j0 < nk; j0 += 8) mx = _mm256_max_ps(mx, scores(s, j0));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float m_tile = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float m_old = sc.m[r], m_new = m_old > m_tile ? m_old : m_tile;
+    // Nothing visible yet: subtract 0, so exp(-inf) = 0 weights instead of NaN.
+    const __m256 sub = _mm256_set1_ps(m_new == kNegInf ? 0.0f : m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < nk; j0 += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(scores(s, j0), sub));
+      _mm256_storeu_ps(s + j0, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    const float alpha = _mm256_cvtss_f32(exp8(_mm256_sub_ps(_mm256_set1_ps(m_old), sub)));
+    sc.alpha[r] = alpha;
+    sc.l[r] = sc.l[r] * alpha + hsum8(sum);
+    sc.m[r] = m_new;
+  }
+  for (int64_t r = 0; r < nr; ++r) {
+    float* o = sc.o + r * Dhp;
+    const float* p = sc.s + r * kTk;
+    const __m256 a = _mm256_set1_ps(sc.alpha[r]);
+    for (int64_t d = 0; d < Dh; d += 8) {
+      const __m256i m = lane_mask8(Dh - d);
+      __m256 c = _mm256_mul_ps(a, _mm256_loadu_ps(o + d));
+      for (int64_t j = 0; j < nk; ++j) c = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(kt.vrow[j] + d, m), c);
+      _mm256_storeu_ps(o + d, c);
+    }
+  }
+}
+
 }  // namespace
 
-TileOps avx2_tile_ops() { return TileOps{32, 8, kTk, pack_q, score, update, nullptr, nullptr, false, nullptr, nullptr, nullptr}; }
+TileOps avx2_tile_ops() {
+  return TileOps{32, 8, kTk, pack_q, score, update, nullptr, nullptr, false, pack_few, few_score, few_update};
+}
 
 }  // namespace kiln::attention

@@ -15,6 +15,7 @@ from ._kiln import (  # noqa: F401
     Engine,
     Error,
     InferQueue,
+    Session,
     StreamingSession,
     __version__,
     set_log_level,
@@ -22,7 +23,7 @@ from ._kiln import (  # noqa: F401
 )
 from . import _kiln
 
-__all__ = ["Engine", "Context", "StreamingSession", "InferQueue", "Error", "build", "set_log_level", "set_logger", "__version__"]
+__all__ = ["Engine", "Context", "Session", "StreamingSession", "InferQueue", "Error", "build", "set_log_level", "set_logger", "__version__"]
 
 
 def build(config_path, overrides=None, output=None, report=None, benchmark=True):

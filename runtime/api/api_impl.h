@@ -1,4 +1,4 @@
-// The public C++ API (include/kiln/engine.h, execution_context.h, streaming_session.h) is a thin
+// The public C++ API (include/kiln/engine.h, execution_context.h, session.h, streaming_session.h) is a thin
 // layer of handles over the runtime's own classes, which stay private to the library. This header
 // defines what each handle holds; only runtime/api/ and the C API include it.
 //
@@ -11,9 +11,11 @@
 
 #include "kiln/engine.h"
 #include "kiln/execution_context.h"
+#include "kiln/session.h"
 #include "kiln/streaming_session.h"
 #include "runtime/engine.h"
 #include "runtime/execution_context.h"
+#include "runtime/session.h"
 #include "runtime/streaming_session.h"
 
 namespace kiln::api {
@@ -25,6 +27,11 @@ struct Engine::Impl {
 struct ExecutionContext::Impl {
   std::unique_ptr<kiln::ExecutionContext> context;
   std::shared_ptr<const kiln::Engine> engine;   // keeps the profile's names alive
+};
+
+struct Session::Impl {
+  std::unique_ptr<kiln::Session> session;
+  std::shared_ptr<const kiln::Engine> engine;
 };
 
 struct StreamingSession::Impl {

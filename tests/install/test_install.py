@@ -71,7 +71,7 @@ def main():
                   os.path.exists(os.path.join(d, "libkiln_runtime.so")))
     headers = sorted(os.path.basename(p) for p in glob.glob(os.path.join(prefix, "include", "kiln", "*")))
     want = ["builder.h", "engine.h", "execution_context.h", "infer_queue.h", "kiln.h", "kiln.hpp", "logging.h", "plugin_api.h",
-            "status.h", "streaming_session.h", "tensor.h", "dtype.h", "version.h"]
+            "session.h", "status.h", "streaming_session.h", "tensor.h", "dtype.h", "version.h"]
     check("public headers installed", all(h in headers for h in want), headers)
     leaks = []
     for path in glob.glob(os.path.join(prefix, "include", "**", "*"), recursive=True):
@@ -96,7 +96,7 @@ def main():
                                                            "kiln::PluginRegistry", "google::protobuf", "kiln::engine::", "spdlog::",
                                                            "fmt::", "dnnl::"))]
     public = ["kiln_engine_load", "kiln_context_run", "kiln::api::Engine::load_file", "kiln::api::ExecutionContext::run",
-              "kiln::api::StreamingSession::step", "kiln::InferQueue::submit", "kiln::set_logger", "kiln::Tensor::zeros"]
+              "kiln::api::StreamingSession::step", "kiln::api::Session::run", "kiln::api::Session::write_state", "kiln::InferQueue::submit", "kiln::set_logger", "kiln::Tensor::zeros"]
     check(f"only the API is exported ({len(exported)} symbols)", not private and all(any(p in s for s in exported) for p in public),
           private[:10] or [p for p in public if not any(p in s for s in exported)])
     for f in ("libkiln_runtime.a", "libkiln_builder.so", "cmake/kiln/kilnConfig.cmake", "cmake/kiln/kilnConfigVersion.cmake",
@@ -150,6 +150,26 @@ def main():
         r = run([exe, engine, "incremental", inputs, out], env={"LD_LIBRARY_PATH": libdir})
         if check("examples/c runs", r.returncode == 0, r.stdout + r.stderr):
             same_outputs("examples/c", out, ref)
+
+    # kiln::Session from the installed headers: seed 003's two entries over one state buffer.
+    import stateful_cache  # noqa: E402
+    sdir = os.path.join(work, "stateful")
+    stateful_cache.export(sdir, max_batch=4, max_seq=6)
+    with open(os.path.join(sdir, "stateful.yaml"), "w") as f:
+        dims = "{batch: {min: 1, opt: 2, max: 4}, seq: {min: 1, opt: 3, max: 6}}"
+        f.write("output: stateful.engine\nentries:\n"
+                f"  set_cache: {{model: set_cache.onnx, profiles: {{default: {{dims: {dims}}}}}}}\n"
+                f"  get_cache: {{model: get_cache.onnx, profiles: {{default: {{dims: {dims}}}}}}}\n"
+                "state:\n  cache:\n    - {entry: set_cache, input: cache, output: cache_out}\n    - {entry: get_cache, input: cache}\n")
+    r = run([tools["engine-build"], os.path.join(sdir, "stateful.yaml"), "--no-bench"])
+    exe = os.path.join(work, "session_check")
+    if check("installed engine-build builds seed 003's two-entry engine", r.returncode == 0, r.stderr):
+        r = run(["c++", "-std=c++20", "-Wall", "-Wextra", "-Werror", os.path.join(src, "tests", "install", "session_check.cpp"), "-o", exe] +
+                flags.stdout.split())
+        if check("tests/install/session_check.cpp compiles against the installed kiln/session.h", r.returncode == 0, r.stderr):
+            r = run([exe, os.path.join(sdir, "stateful.engine")], env={"LD_LIBRARY_PATH": libdir})
+            check("kiln::Session from the prefix: run, read_state, write_state, reset", r.returncode == 0 and "session ok" in r.stdout,
+                  r.stdout + r.stderr)
 
     # 4. Python from the prefix.
     if pydirs:

@@ -220,8 +220,50 @@ def main():
         check(f"streaming session matches engine-run --stream over {steps + 1} steps within {ATOL}", worst <= ATOL, f"max err {worst:.3g}")
         check("streaming state stayed in place", session.last_stats["in_place"], str(session.last_stats))
 
+    session_checks(work)
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
+
+
+def session_checks(work):
+    """kiln.Session over seed 003's two entries sharing one buffer (models/stateful_cache.py)."""
+    import stateful_cache  # noqa: E402
+    d = os.path.join(work, "stateful")
+    stateful_cache.export(d, max_batch=4, max_seq=6)
+    config = os.path.join(d, "stateful.yaml")
+    with open(config, "w") as f:
+        f.write("output: stateful.engine\n"
+                "entries:\n"
+                "  set_cache: {model: set_cache.onnx, profiles: {default: {dims: {batch: {min: 1, opt: 2, max: 4}, seq: {min: 1, opt: 3, max: 6}}}}}\n"
+                "  get_cache: {model: get_cache.onnx, profiles: {default: {dims: {batch: {min: 1, opt: 2, max: 4}, seq: {min: 1, opt: 3, max: 6}}}}}\n"
+                "state:\n"
+                "  cache:\n"
+                "    - {entry: set_cache, input: cache, output: cache_out}\n"
+                "    - {entry: get_cache, input: cache}\n")
+    report = kiln.build(config, benchmark=False)
+    session = kiln.Session(kiln.Engine(report["engine_path"]))
+    check("Session lists the engine's state", session.state_names == ["cache"], str(session.state_names))
+    data = np.arange(6, dtype=np.float32).reshape(2, 3) + 1
+    session.run("set_cache", {"data": data})
+    whole = session.read_state("cache")
+    want = np.zeros((4, 6), np.float32)
+    want[:2, :3] = data
+    check("Session.run writes the state in place; read_state returns it", np.array_equal(whole, want) and
+          session.last_stats["state_bytes_copied"] == 0, f"{whole} {session.last_stats}")
+    got = session.run("get_cache", {"data": np.zeros((2, 3), np.float32)})
+    check("another entry reads the state", np.array_equal(got.get("out"), data), str(got))
+    mine = np.full((4, 6), 7.0, np.float32)
+    session.write_state("cache", mine)
+    got = session.run("get_cache", {"data": np.zeros((1, 2), np.float32)})
+    check("write_state sets what the entries read", np.array_equal(got["out"], mine[:1, :2]), str(got))
+    session.reset()
+    check("reset zeroes the state", not session.read_state("cache").any())
+    ok, msg, _ = raises(lambda: session.write_state("cache", np.zeros((3, 6), np.float32)), "state 'cache'", "[4, 6]")
+    check("write_state with the wrong shape raises one line", ok, msg)
+    ok, msg, _ = raises(lambda: session.run("decode", {"data": data}), "decode")
+    check("an unknown entry raises one line", ok, msg)
+    ok, msg, _ = raises(lambda: session.read_state("kv"), "no state 'kv'")
+    check("an unknown state raises one line", ok, msg)
 
 
 if __name__ == "__main__":

@@ -569,7 +569,7 @@ TEST(AttentionPlugin, Identity) {
   EXPECT_EQ(c, attention_plugin_creator());
   std::vector<std::string> names;
   for (const PluginFieldSpec& s : c->field_specs()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"num_heads", "scale", "layout", "mask", "block", "kv_cache", "precision"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"num_heads", "scale", "layout", "mask", "block", "kv_cache", "precision", "live_length"}));
 }
 
 TEST(AttentionPlugin, FieldErrorsNameTheField) {
