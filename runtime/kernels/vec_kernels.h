@@ -38,6 +38,11 @@ using AffineFn = void (*)(const float* x, float* y, int64_t n, const float* a, c
 // 16-bit side is the raw bit pattern.
 using NarrowFn = void (*)(const float* x, uint16_t* y, int64_t n);
 using WidenFn = void (*)(const uint16_t* x, float* y, int64_t n);
+// The sum of x[0..n) accumulated in double (ReduceSum / ReduceMean over contiguous rows).
+using RowSumFn = double (*)(const float* x, int64_t n);
+// The maximum (or minimum) of x[0..n), n > 0, into *out; false, with *out untouched, when some
+// element is NaN (the caller's scalar loop then returns that NaN, as the reference does).
+using RowExtremeFn = bool (*)(const float* x, int64_t n, bool is_max, float* out);
 
 struct Table {
   const char* isa;
@@ -50,6 +55,8 @@ struct Table {
   AffineFn affine;
   NarrowFn f32_to_f16, f32_to_bf16;
   WidenFn f16_to_f32, bf16_to_f32;
+  RowSumFn row_sum;
+  RowExtremeFn row_extreme;
 };
 
 // The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA

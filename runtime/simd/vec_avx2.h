@@ -96,6 +96,18 @@ inline float hmax(V v) {
   return _mm_cvtss_f32(s);
 }
 
+// Double-precision accumulation of float lanes, as in vec_avx512.h.
+using VD = __m256d;
+inline VD zero_d() { return _mm256_setzero_pd(); }
+inline void add_widened(V v, VD* lo, VD* hi) {
+  *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+inline double hsum_d(VD v) {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
 // float16 / bfloat16 lanes, as in vec_avx512.h (float16 rounds to nearest even through F16C;
 // bfloat16 truncates, NaN kept quiet). AVX2 has no 16-bit masked load/store: the partial forms go
 // through a lane-sized buffer.

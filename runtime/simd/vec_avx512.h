@@ -84,6 +84,15 @@ inline V frexp(V x, V* e) {
 inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
 inline float hmax(V v) { return _mm512_reduce_max_ps(v); }
 
+// Double-precision accumulation of float lanes (reductions that sum in double, as the scalar ones).
+using VD = __m512d;
+inline VD zero_d() { return _mm512_setzero_pd(); }
+inline void add_widened(V v, VD* lo, VD* hi) {
+  *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+inline double hsum_d(VD v) { return _mm512_reduce_add_pd(v); }
+
 // float16 / bfloat16 lanes (n < kLanes for the partial forms; other lanes are never touched).
 // float16 rounds to nearest even (vcvtps2ph), NaN stays NaN; bfloat16 truncates the low mantissa
 // bits with NaN kept quiet, as kiln's scalar Cast does (the ONNX reference of opsets 13-17).

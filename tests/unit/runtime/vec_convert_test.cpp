@@ -6,6 +6,7 @@
 // shapes, against the scalar conversion / a double-precision BatchNormalization.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -219,6 +220,68 @@ TEST(VecConvert, BatchNormMatchesDoubleReference) {
       // float rounding of a, of the shift and of the FMA: a few ulp of the terms' magnitudes.
       const double terms = std::abs(x.as<float>()[i] * a) + std::abs(mean.as<float>()[c] * a) + std::abs(bias.as<float>()[c]);
       ASSERT_NEAR(y.as<float>()[i], want, 4e-7 * (1 + terms)) << i;
+    }
+  }
+}
+
+// Where's branch-free selection against the ternary, with a random condition, full-size operands and
+// broadcast ones (a scalar y), at a length that runs inline and one that runs in parallel blocks.
+TEST(VecConvert, WhereMatchesTernary) {
+  for (int64_t n : {1, 37, 100003}) {
+    Tensor c = Tensor::zeros(DType::kBool, Shape{n});
+    Tensor x = random_floats(Shape{n}, 8), y = random_floats(Shape{n}, 9), s = Tensor::from_vector<float>({-0.5f}, Shape{});
+    for (int64_t i = 0; i < n; ++i) c.as<bool>()[i] = ((i * 2654435761u) >> 7) & 1;
+    for (bool bcast : {false, true}) {
+      auto r = run_op_once("Where", {}, {c, x, bcast ? s : y}, 1, "reference", 17);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ((*r)[0].as<float>()[i], c.as<bool>()[i] ? x.as<float>()[i] : (bcast ? -0.5f : y.as<float>()[i])) << i;
+    }
+  }
+}
+
+// ReduceSum / Mean / Max / Min over the last axis (the vector row loops) against the scalar formula:
+// row lengths around the vector width, and rows holding NaN, +-inf and only negative values.
+TEST(VecConvert, LastAxisReductionsMatchScalar) {
+  for (int64_t n : {1, 7, 15, 16, 17, 33, 100, 1536}) {
+    const int64_t rows = 5;
+    Tensor x = random_floats(Shape{rows, n}, 7, -1000, 1000);
+    float* p = x.as<float>();
+    p[1 * n + n / 2] = NAN;                                       // row 1: NaN wins max and min
+    p[2 * n + (n - 1)] = INFINITY;                                // row 2: +inf in the tail
+    for (int64_t i = 0; i < n; ++i) p[3 * n + i] = -1.0f - static_cast<float>(i % 5);  // row 3: all negative
+    if (n > 1) p[4 * n] = -INFINITY;
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) {
+      SCOPED_TRACE(std::string(op) + " n=" + std::to_string(n));
+      AttrMap a{{"axes", Attribute::Ints({-1})}, {"keepdims", Attribute::Int(0)}};
+      auto r = run_op_once(op, a, {x}, 1, "reference", 17);
+      if (std::string(op) == "ReduceSum") {  // opset 13+: axes is an input
+        r = run_op_once(op, {{"keepdims", Attribute::Int(0)}}, {x, Tensor::from_vector<int64_t>({-1}, Shape{1})}, 1,
+                        "reference", 17);
+      }
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      const Tensor& y = (*r)[0];
+      ASSERT_EQ(y.shape(), Shape{rows});
+      for (int64_t row = 0; row < rows; ++row) {
+        double sum = 0, mx = -INFINITY, mn = INFINITY;
+        bool nan = false;
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = p[row * n + i];
+          sum += v;
+          nan |= std::isnan(v);
+          mx = std::max<double>(mx, v);
+          mn = std::min<double>(mn, v);
+        }
+        const std::string o(op);
+        const float want = o == "ReduceSum"    ? static_cast<float>(sum)
+                           : o == "ReduceMean" ? static_cast<float>(sum / static_cast<double>(n))
+                           : nan               ? NAN
+                           : o == "ReduceMax"  ? static_cast<float>(mx)
+                                               : static_cast<float>(mn);
+        const float got = y.as<float>()[row];
+        if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << row;
+        else EXPECT_FLOAT_EQ(got, want) << row;
+      }
     }
   }
 }
