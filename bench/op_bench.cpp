@@ -128,12 +128,21 @@ void where(benchmark::State& s) {
 }
 BENCHMARK(where)->Unit(benchmark::kMicrosecond);
 
-void cast(benchmark::State& s) {
+void cast(benchmark::State& s, DType from, DType to, const Shape* shape) {
   AttrMap a;
-  a["to"] = Attribute::Int(static_cast<int64_t>(DType::kFloat16));
-  run_op(s, "Cast", {random(DType::kFloat32, kGpt, -4, 4, 1)}, a);
+  a["to"] = Attribute::Int(static_cast<int64_t>(to));
+  Tensor x = random(DType::kFloat32, *shape, -4, 4, 1);
+  if (from == DType::kFloat16) {  // the same values, as float16
+    Tensor h = Tensor::zeros(DType::kFloat16, *shape);
+    for (int64_t i = 0; i < x.numel(); ++i) h.as<uint16_t>()[i] = float_to_half(x.as<float>()[i]);
+    x = std::move(h);
+  }
+  run_op(s, "Cast", {std::move(x)}, a);
 }
-BENCHMARK(cast)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cast, f32_f16, DType::kFloat32, DType::kFloat16, &kGpt)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cast, f16_f32, DType::kFloat16, DType::kFloat32, &kGpt)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cast, f32_bf16, DType::kFloat32, DType::kBFloat16, &kGpt)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(cast, f32_f16_effnet, DType::kFloat32, DType::kFloat16, &kEff)->Unit(benchmark::kMicrosecond);
 
 void reduce(benchmark::State& s, const char* op) {
   AttrMap a;

@@ -29,6 +29,7 @@ const NPY_TYPES = {
   '<i8': ['int64', BigInt64Array, 8],
   '|b1': ['bool', Uint8Array, 1],
   '<i4': ['int32', Int32Array, 4],
+  '<f2': ['float16', Uint16Array, 2],  // raw bits, as ORT's float16 tensors take them
 };
 const ORT_TO_DESCR = {float32: '<f4', int64: '<i8', bool: '|b1', int32: '<i4'};
 
@@ -93,7 +94,7 @@ function readNpy(file) {
   if (!descr || !fortran || !shape) throw new Error(`${file}: malformed header ${JSON.stringify(header)}`);
   if (fortran[1] === 'True') throw new Error(`${file}: Fortran-order arrays are not supported`);
   const t = NPY_TYPES[descr[1]];
-  if (!t) throw new Error(`${file}: dtype '${descr[1]}' is not supported (f4, i8, b1, i4 little-endian)`);
+  if (!t) throw new Error(`${file}: dtype '${descr[1]}' is not supported (f4, f2, i8, b1, i4 little-endian)`);
   const [type, Ctor, size] = t;
   const dims = shape[1].split(',').map((x) => x.trim()).filter((x) => x.length > 0).map(Number);
   const count = dims.reduce((p, d) => p * d, 1);

@@ -30,7 +30,7 @@ ROOT = os.path.dirname(BENCH)
 
 GPT = [1, 32, 1536]
 EFF = [1, 96, 112, 112]
-F, B = TensorProto.FLOAT, TensorProto.BOOL
+F, B, H = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.FLOAT16
 
 
 def inp(shape, lo=-4.0, hi=4.0, dtype=F):
@@ -58,7 +58,10 @@ CASES.update({
     f"Less {GPT}": ("binary/Less", "Less", {}, [inp(GPT), inp(GPT, 0.5)], ""),
     f"Mul {EFF} * [1,96,1,1] (SE gate)": ("se_gate", "Mul", {}, [inp(EFF), inp([1, 96, 1, 1], 0, 1)], ""),
     f"Where {GPT}": ("where", "Where", {}, [inp(GPT, -1, 1, B), inp(GPT), inp(GPT)], ""),
-    f"Cast f32->f16 {GPT}": ("cast", "Cast", {"to": TensorProto.FLOAT16}, [inp(GPT)], ""),
+    f"Cast f32->f16 {GPT}": ("cast/f32_f16", "Cast", {"to": TensorProto.FLOAT16}, [inp(GPT)], ""),
+    f"Cast f16->f32 {GPT}": ("cast/f16_f32", "Cast", {"to": F}, [inp(GPT, dtype=H)], ""),
+    f"Cast f32->bf16 {GPT}": ("cast/f32_bf16", "Cast", {"to": TensorProto.BFLOAT16}, [inp(GPT)], ""),
+    f"Cast f32->f16 {EFF}": ("cast/f32_f16_effnet", "Cast", {"to": TensorProto.FLOAT16}, [inp(EFF)], ""),
     f"ReduceMean(-1) {GPT}": ("reduce/ReduceMean", "ReduceMean", {"axes": [-1]}, [inp(GPT)], ""),
     f"ReduceSum(-1) {GPT}": ("reduce/ReduceSum", "ReduceSum", {"axes": [-1], "_axes_input": True}, [inp(GPT)], ""),
     f"ReduceMax(-1) {GPT}": ("reduce/ReduceMax", "ReduceMax", {"axes": [-1]}, [inp(GPT)], ""),
@@ -85,7 +88,7 @@ def single_op_model(name, op, attrs, inputs, domain, path, data_dir):
             inits.append(numpy_helper.from_array(arr, n))
             continue
         graph_inputs.append(helper.make_tensor_value_info(n, dt, shape))
-        arr = (rng.uniform(-1, 1, shape) > 0) if dt == B else rng.uniform(lo, hi, shape).astype(np.float32)
+        arr = (rng.uniform(-1, 1, shape) > 0) if dt == B else rng.uniform(lo, hi, shape).astype(np.float16 if dt == H else np.float32)
         p = os.path.join(data_dir, f"{n}.npy")
         np.save(p, arr)
         feeds.append((n, p))
@@ -94,7 +97,7 @@ def single_op_model(name, op, attrs, inputs, domain, path, data_dir):
         inits.append(numpy_helper.from_array(np.array(attrs.pop("axes"), np.int64), "axes"))
         names.append("axes")
     node = helper.make_node(op, names, ["y"], domain=domain or None, **attrs)
-    out_type = TensorProto.FLOAT16 if op == "Cast" else (TensorProto.BOOL if op == "Less" else F)
+    out_type = attrs["to"] if op == "Cast" else (TensorProto.BOOL if op == "Less" else F)
     out = helper.make_tensor_value_info("y", out_type, None)
     opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     model = helper.make_model(helper.make_graph([node], name.replace(" ", "_"), graph_inputs, [out], inits), opset_imports=opsets)

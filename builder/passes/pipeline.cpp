@@ -53,17 +53,18 @@ const std::vector<Pass>& pass_pipeline() {
        "part (the ControlTransformer's step adds positions to its whole window and keeps the new tokens); before "
        "matmul_epilogue_fusion, which could otherwise take the Add as a residual",
        slice_pushdown},
+      {"batchnorm_folding",
+       "fold each inference BatchNormalization with constant statistics into the Conv before it, or into the "
+       "MatMul/Gemm before it when its channels are the matmul's columns (new weight and bias), or else turn it "
+       "into a per-channel Mul and Add that elementwise_fusion joins with the activation after it; after folding, "
+       "which makes the statistics and weights constants, before matmul_epilogue_fusion and conv_epilogue_fusion, "
+       "which then fuse the bias and activation after the folded MatMul/Gemm/Conv",
+       batchnorm_folding},
       {"matmul_epilogue_fusion",
        "fold the bias Add, GELU and residual Add after each MatMul/Gemm with constant weights into one FusedMatMul "
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "
        "exporter's own nodes, and after folding, which makes weights and GELU's scalars constants",
        matmul_epilogue_fusion},
-      {"batchnorm_folding",
-       "fold each inference BatchNormalization with constant statistics into the Conv before it (new weight and "
-       "bias), or else turn it into a per-channel Mul and Add that elementwise_fusion joins with the activation "
-       "after it; after folding, which makes the statistics and weights constants, before conv_epilogue_fusion, "
-       "which then fuses the activation after the folded Conv",
-       batchnorm_folding},
       {"conv_epilogue_fusion",
        "turn each Conv with a constant weight, with the residual Add and Relu that follow it, into one FusedConv "
        "(one oneDNN convolution with post-ops, weights prepacked once); after folding, which makes the weights "

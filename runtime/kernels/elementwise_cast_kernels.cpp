@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "runtime/kernels/elementwise_common.h"
+#include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -51,14 +53,35 @@ inline D convert(S s) {
   else return static_cast<D>(c);
 }
 
+// The scalar conversion of every pair: the reference the vector paths are tested against.
 template <typename S, typename D>
 void convert_all(const S* src, D* dst, int64_t n) {
-  if (n > ew::kParallelThreshold) {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) dst[i] = convert<S, D>(src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = convert<S, D>(src[i]);
-  }
+  const LoopCost cost{static_cast<double>(sizeof(S) + sizeof(D)), 1.0};
+  ThreadPool::global().parallel_for(n, cost, [&](int64_t b, int64_t e, int) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) dst[i] = convert<S, D>(src[i]);
+  });
+}
+
+// float32 <-> float16 / bfloat16 through the vector loops of runtime/kernels/vec_kernels.h
+// (vcvtps2ph / vcvtph2ps, shifts for bfloat16): bit-identical to convert_all except for NaN
+// payloads (the hardware keeps the top payload bits, the scalar path makes the canonical quiet NaN).
+template <typename Fn, typename S, typename D>
+void convert_vec(Fn fn, const S* src, D* dst, int64_t n) {
+  ThreadPool::global().parallel_for(n, LoopCost{6.0, 1.0}, [&](int64_t b, int64_t e, int) { fn(src + b, dst + b, e - b); });
+}
+
+// True when the pair has a vector path and it ran.
+bool cast_fast(const TensorView& in, const TensorView& out) {
+  const vec::Table& t = vec::table();
+  const int64_t n = in.numel();
+  const DType s = in.dtype, d = out.dtype;
+  if (s == DType::kFloat32 && d == DType::kFloat16) convert_vec(t.f32_to_f16, in.as<const float>(), out.as<uint16_t>(), n);
+  else if (s == DType::kFloat32 && d == DType::kBFloat16) convert_vec(t.f32_to_bf16, in.as<const float>(), out.as<uint16_t>(), n);
+  else if (s == DType::kFloat16 && d == DType::kFloat32) convert_vec(t.f16_to_f32, in.as<const uint16_t>(), out.as<float>(), n);
+  else if (s == DType::kBFloat16 && d == DType::kFloat32) convert_vec(t.bf16_to_f32, in.as<const uint16_t>(), out.as<float>(), n);
+  else return false;
+  return true;
 }
 
 Status check_target(DType to, const char* what) {
@@ -73,6 +96,7 @@ Status cast_view(const TensorView& in, const TensorView& out) {
     if (in.nbytes()) std::memmove(out.data, in.data, in.nbytes());
     return Status::Ok();
   }
+  if (cast_fast(in, out)) return Status::Ok();
   return ew::dispatch_types<ew::kAllTypes>(in.dtype, [&](auto src_tag) {
     using S = decltype(src_tag);
     return ew::dispatch_types<ew::kAllTypes>(out.dtype, [&](auto dst_tag) {

@@ -280,19 +280,19 @@ void unary_apply(const T* x, O* y, int64_t n, const Op& op) {
 }
 
 // y = f(x) over n contiguous floats through a vector loop of runtime/kernels/vec_kernels.h; large
-// arrays split into one lane-aligned range per thread.
+// arrays split into blocks of 64 lanes on kiln's pool (not an OpenMP team, whose barrier waits for
+// a descheduled thread: milliseconds per call on a shared machine).
 inline void vec_apply(vec::UnaryFn f, const float* x, float* y, int64_t n, vec::Params p) {
   if (n <= kParallelThreshold) {
     f(x, y, n, p);
     return;
   }
-#pragma omp parallel
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = ((n + nt - 1) / nt + 15) & ~int64_t{15};
-    const int64_t b = std::min(n, t * per), e = std::min(n, b + per);
-    if (e > b) f(x + b, y + b, e - b, p);
-  }
+  constexpr int64_t kBlock = 64;  // elements an item: whole vectors, so only the last block has a tail
+  const int64_t items = (n + kBlock - 1) / kBlock;
+  ThreadPool::global().parallel_for(items, LoopCost{8.0 * kBlock, 20.0 * kBlock}, [&](int64_t b, int64_t e, int) {
+    const int64_t lo = b * kBlock, hi = std::min(n, e * kBlock);
+    f(x + lo, y + lo, hi - lo, p);
+  });
 }
 
 // Broadcast shape of all present inputs, with the failing input named.

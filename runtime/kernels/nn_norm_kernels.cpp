@@ -1,8 +1,11 @@
 // Reference normalization kernels: BatchNormalization (inference), InstanceNormalization,
 // LayerNormalization (with a fast float32 path), LRN and MeanVarianceNormalization.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/kernels/vec_kernels.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -26,6 +29,11 @@ Status check_channel_vector(const TensorView& v, int index, int64_t C) {
 
 // ---- BatchNormalization (inference) -------------------------------------------------------------
 
+// y = x * a[c] + b[c] with a = scale / sqrt(var + eps), b = bias - mean * a: the division and the
+// square root are per channel (computed each run, C of them, since the four vectors may be runtime
+// inputs), the per-element work is one fused multiply-add. float32 runs through the vector loops of
+// runtime/kernels/vec_kernels.h on kiln's pool, split into blocks of channel planes; float64 keeps the
+// scalar loop, which is also the reference the float32 path is tested against.
 class BatchNormKernel final : public Kernel {
  public:
   explicit BatchNormKernel(float epsilon) : epsilon_(epsilon) {}
@@ -39,7 +47,18 @@ class BatchNormKernel final : public Kernel {
     out[0] = {in[0].dtype, x};
     return Status::Ok();
   }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView>) override {
+    const Shape& xs = in[0].shape;
+    const int64_t C = xs[1], inner = xs.numel(2, xs.rank());
+    // Small planes (BatchNorm1d's [N, C] has one element a channel) spread the scale and shift
+    // over a whole [C, inner] row, so the vector loop runs along the row instead of per plane.
+    const int64_t row = inner < kSpreadBelow ? C * inner : C;
+    scale_.assign(static_cast<size_t>(row), 0.0f);
+    shift_.assign(static_cast<size_t>(row), 0.0f);
+    return Status::Ok();
+  }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (in[0].dtype == DType::kFloat32) return run_f32(in, out[0]);
     return dispatch_float(in[0].dtype, [&](auto tag) {
       using T = decltype(tag);
       const Shape& xs = in[0].shape;
@@ -59,7 +78,50 @@ class BatchNormKernel final : public Kernel {
   }
 
  private:
+  static constexpr int64_t kSpreadBelow = 32;  // planes smaller than this are spread over the row
+  static constexpr int64_t kBlock = 16384;     // elements per parallel item (64 KiB of input)
+
+  Status run_f32(std::span<const TensorView> in, const TensorView& out) {
+    const Shape& xs = in[0].shape;
+    const int64_t N = xs[0], C = xs[1], inner = xs.numel(2, xs.rank());
+    const bool spread = inner < kSpreadBelow;
+    const size_t row = static_cast<size_t>(spread ? C * inner : C);
+    if (scale_.size() != row) {  // run without prepare for this shape: size once
+      scale_.assign(row, 0.0f);
+      shift_.assign(row, 0.0f);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double a = read_double(in[1], c) / std::sqrt(read_double(in[4], c) + epsilon_);
+      const float fa = static_cast<float>(a), fb = static_cast<float>(read_double(in[2], c) - read_double(in[3], c) * a);
+      const int64_t w = spread ? inner : 1;
+      for (int64_t i = 0; i < w; ++i) {
+        scale_[static_cast<size_t>(c * w + i)] = fa;
+        shift_[static_cast<size_t>(c * w + i)] = fb;
+      }
+    }
+    const float* x = in[0].as<const float>();
+    float* y = out.as<float>();
+    const vec::Table& t = vec::table();
+    const float* a = scale_.data();
+    const float* b = shift_.data();
+    // Items: blocks of at most kBlock elements of one plane (or of one [C, inner] row when spread).
+    const int64_t len = spread ? C * inner : inner, rows = spread ? N : N * C;
+    const int64_t per = std::max<int64_t>(1, (len + kBlock - 1) / kBlock), chunk = std::min(len, kBlock);
+    if (len == 0 || rows == 0) return Status::Ok();
+    const LoopCost cost{8.0 * static_cast<double>(chunk), 2.0 * static_cast<double>(chunk)};
+    ThreadPool::global().parallel_for(rows * per, cost, [&](int64_t begin, int64_t end, int) {
+      for (int64_t it = begin; it < end; ++it) {
+        const int64_t r = it / per, s = (it % per) * kBlock, n = std::min(kBlock, len - s);
+        const int64_t off = r * len + s;
+        if (spread) t.affine(x + off, y + off, n, a + s, b + s);
+        else t.scale_shift(x + off, y + off, n, a[r % C], b[r % C]);
+      }
+    });
+    return Status::Ok();
+  }
+
   float epsilon_;
+  std::vector<float> scale_, shift_;  // per channel, or per [C, inner] row element when spread
 };
 
 // ---- InstanceNormalization ----------------------------------------------------------------------

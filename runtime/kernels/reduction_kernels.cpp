@@ -7,6 +7,8 @@
 #include "runtime/kernel.h"
 #include "runtime/kernels/families.h"
 #include "runtime/kernels/reduction_common.h"
+#include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -87,8 +89,41 @@ inline void for_each_reduced(const ReducePlan& p, const S* x, int64_t base, F&& 
   }
 }
 
+// float32 Sum / Mean / Max / Min over contiguous rows (the reduced axes are the innermost ones,
+// what LayerNorm-style statistics and pooling-by-reduce produce) through the vector loops of
+// runtime/kernels/vec_kernels.h, rows spread over kiln's pool. Sums accumulate in double like the
+// scalar loop below; a row with a NaN falls back to it for Max / Min. False: not this case.
+bool reduce_rows_f32(ReduceOp op, const ReducePlan& p, const float* x, float* y) {
+  const bool sum = op == ReduceOp::kSum || op == ReduceOp::kMean;
+  if ((!sum && op != ReduceOp::kMax && op != ReduceOp::kMin) || p.nred != 1 || p.red_stride[0] != 1) return false;
+  const int64_t n = p.red_count;
+  if (n == 0 || (p.nkept > 0 && p.kept_stride[p.nkept - 1] != n)) return false;  // rows must be back to back
+  const vec::Table& t = vec::table();
+  ThreadPool::global().parallel_for(p.out_count, LoopCost{4.0 * static_cast<double>(n), static_cast<double>(n)},
+                                    [&](int64_t b, int64_t e, int) {
+    for (int64_t o = b; o < e; ++o) {
+      const float* row = x + o * n;
+      if (sum) {
+        const double a = t.row_sum(row, n);
+        y[o] = static_cast<float>(op == ReduceOp::kMean ? a / static_cast<double>(n) : a);
+      } else if (!t.row_extreme(row, n, op == ReduceOp::kMax, &y[o])) {
+        float m = op == ReduceOp::kMax ? -INFINITY : INFINITY;
+        for (int64_t i = 0; i < n; ++i)
+          if (std::isnan(row[i])) {
+            m = row[i];
+            break;
+          }
+        y[o] = m;
+      }
+    }
+  });
+  return true;
+}
+
 template <typename S>
 void reduce_typed(ReduceOp op, const ReducePlan& p, const S* x, S* y) {
+  if constexpr (std::is_same_v<S, float>)
+    if (reduce_rows_f32(op, p, x, y)) return;
   using C = typename Elem<S>::Compute;
   constexpr bool kFloat = std::is_floating_point_v<C>;
   // Sums and products accumulate in double (floats) or 64-bit integers; wrap-around on integer

@@ -1,6 +1,7 @@
 // Vectorized float32 loops over contiguous arrays, built twice from runtime/kernels/vec_kernels.inc
 // (AVX-512 and AVX2) and chosen once at run time: the elementwise unary kernels, Pow by a small
-// constant exponent, and the expression programs of kiln::FusedElementwise run through them.
+// constant exponent, the expression programs of kiln::FusedElementwise, BatchNormalization and the
+// float16 / bfloat16 casts run through them.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,19 @@ using SelectFn = void (*)(const float* c, int64_t sc, const float* a, int64_t sa
                           int64_t n);
 // Sum and sum of squares of x[0..n).
 using SumFn = void (*)(const float* x, int64_t n, float* sum, float* sum_sq);
+// y[i] = x[i] * a + b: BatchNormalization's per-channel scale and shift over one channel's plane.
+using ScaleShiftFn = void (*)(const float* x, float* y, int64_t n, float a, float b);
+// y[i] = x[i] * a[i] + b[i]: the same with the scale and shift spread over the row (small planes).
+using AffineFn = void (*)(const float* x, float* y, int64_t n, const float* a, const float* b);
+// float32 <-> float16 (round to nearest even) and bfloat16 (truncating, as kiln's Cast does); the
+// 16-bit side is the raw bit pattern.
+using NarrowFn = void (*)(const float* x, uint16_t* y, int64_t n);
+using WidenFn = void (*)(const uint16_t* x, float* y, int64_t n);
+// The sum of x[0..n) accumulated in double (ReduceSum / ReduceMean over contiguous rows).
+using RowSumFn = double (*)(const float* x, int64_t n);
+// The maximum (or minimum) of x[0..n), n > 0, into *out; false, with *out untouched, when some
+// element is NaN (the caller's scalar loop then returns that NaN, as the reference does).
+using RowExtremeFn = bool (*)(const float* x, int64_t n, bool is_max, float* out);
 
 struct Table {
   const char* isa;
@@ -37,6 +51,12 @@ struct Table {
   BinaryFn binary[static_cast<int>(Binary::kCount)];
   SelectFn select;
   SumFn sum;
+  ScaleShiftFn scale_shift;
+  AffineFn affine;
+  NarrowFn f32_to_f16, f32_to_bf16;
+  WidenFn f16_to_f32, bf16_to_f32;
+  RowSumFn row_sum;
+  RowExtremeFn row_extreme;
 };
 
 // The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA

@@ -1,4 +1,4 @@
-// kiln's vector math for AVX2 + FMA (8 float lanes), kiln's baseline ISA (-march=x86-64-v3): the
+// kiln's vector math for AVX2 + FMA + F16C (8 float lanes), kiln's baseline ISA (-march=x86-64-v3): the
 // lane primitives, then the shared math functions of runtime/simd/vec_math.inc in namespace
 // kiln::simd::avx2. Header-only and self-contained, like runtime/simd/vec_avx512.h (docs/simd.md).
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 
 namespace kiln::simd::avx2 {
 namespace {
@@ -94,6 +94,57 @@ inline float hmax(V v) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// Double-precision accumulation of float lanes, as in vec_avx512.h.
+using VD = __m256d;
+inline VD zero_d() { return _mm256_setzero_pd(); }
+inline void add_widened(V v, VD* lo, VD* hi) {
+  *lo = _mm256_add_pd(*lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  *hi = _mm256_add_pd(*hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+inline double hsum_d(VD v) {
+  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+// float16 / bfloat16 lanes, as in vec_avx512.h (float16 rounds to nearest even through F16C;
+// bfloat16 truncates, NaN kept quiet). AVX2 has no 16-bit masked load/store: the partial forms go
+// through a lane-sized buffer.
+inline V load_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void store_half(uint16_t* p, V v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+inline V load_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline void store_bf16(uint16_t* p, V v) {
+  __m256i hi = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_castps_si256(is_nan(v)), _mm256_set1_epi32(0x40)));
+  // Each value fits 16 bits, so the unsigned-saturating pack is exact; it packs within 128-bit
+  // halves, and the permute brings the two halves' results together.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(hi, hi), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+inline V load_half_partial(const uint16_t* p, int64_t n) {
+  uint16_t b[kLanes] = {};
+  for (int64_t i = 0; i < n; ++i) b[i] = p[i];
+  return load_half(b);
+}
+inline void store_half_partial(uint16_t* p, int64_t n, V v) {
+  uint16_t b[kLanes];
+  store_half(b, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
+}
+inline V load_bf16_partial(const uint16_t* p, int64_t n) {
+  uint16_t b[kLanes] = {};
+  for (int64_t i = 0; i < n; ++i) b[i] = p[i];
+  return load_bf16(b);
+}
+inline void store_bf16_partial(uint16_t* p, int64_t n, V v) {
+  uint16_t b[kLanes];
+  store_bf16(b, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = b[i];
 }
 
 #include "runtime/simd/vec_math.inc"

@@ -84,6 +84,33 @@ inline V frexp(V x, V* e) {
 inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
 inline float hmax(V v) { return _mm512_reduce_max_ps(v); }
 
+// Double-precision accumulation of float lanes (reductions that sum in double, as the scalar ones).
+using VD = __m512d;
+inline VD zero_d() { return _mm512_setzero_pd(); }
+inline void add_widened(V v, VD* lo, VD* hi) {
+  *lo = _mm512_add_pd(*lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  *hi = _mm512_add_pd(*hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+inline double hsum_d(VD v) { return _mm512_reduce_add_pd(v); }
+
+// float16 / bfloat16 lanes (n < kLanes for the partial forms; other lanes are never touched).
+// float16 rounds to nearest even (vcvtps2ph), NaN stays NaN; bfloat16 truncates the low mantissa
+// bits with NaN kept quiet, as kiln's scalar Cast does (the ONNX reference of opsets 13-17).
+inline V load_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline V load_half_partial(const uint16_t* p, int64_t n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first_lanes(n), p)); }
+inline __m256i to_half(V v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline void store_half(uint16_t* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_half(v)); }
+inline void store_half_partial(uint16_t* p, int64_t n, V v) { _mm256_mask_storeu_epi16(p, first_lanes(n), to_half(v)); }
+inline V bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+inline V load_bf16(const uint16_t* p) { return bf16_widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline V load_bf16_partial(const uint16_t* p, int64_t n) { return bf16_widen(_mm256_maskz_loadu_epi16(first_lanes(n), p)); }
+inline __m256i to_bf16(V v) {
+  const __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+  return _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(hi, is_nan(v), hi, _mm512_set1_epi32(0x40)));
+}
+inline void store_bf16(uint16_t* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(v)); }
+inline void store_bf16_partial(uint16_t* p, int64_t n, V v) { _mm256_mask_storeu_epi16(p, first_lanes(n), to_bf16(v)); }
+
 #include "runtime/simd/vec_math.inc"
 
 }  // namespace

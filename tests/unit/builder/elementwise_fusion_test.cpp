@@ -252,5 +252,83 @@ TEST(BatchNormFolding, BnAfterConvFoldsIntoItAndSiluJoinsTheEpilogue) {
   EXPECT_EQ(off, 4u);
 }
 
+// BatchNorm1d after nn.Linear: the BN's channels are the matmul's columns, so it folds into the
+// weight and bias. Checked on/off (the BN kernel itself runs when the pass is off) at feature counts
+// that fill no vector, for every form the exporter writes: Gemm with transB and a bias, Gemm with
+// alpha/beta and a scalar C, Gemm without C and transB = 0, MatMul + bias Add, and a MatMul alone.
+void add_bn_params(OnnxModelBuilder& b, int64_t C, uint32_t seed) {
+  b.initializer_f("gamma", values(C, seed, -2.0f, 2.0f), {C});
+  b.initializer_f("beta", values(C, seed + 1), {C});
+  b.initializer_f("mean", values(C, seed + 2), {C});
+  b.initializer_f("var", values(C, seed + 3, 0.1f, 3.0f), {C});
+}
+
+TEST(BatchNormFolding, BnAfterGemmFoldsIntoItsWeightAndBias) {
+  const int64_t M = 5, K = 19, C = 13;
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    OnnxModelBuilder b;
+    b.input("x", DType::kFloat32, {M, K});
+    add_bn_params(b, C, 40);
+    if (form == 0) {  // nn.Linear: transB, bias [C]
+      b.initializer_f("W", values(C * K, 30, -0.5f, 0.5f), {C, K});
+      b.initializer_f("B", values(C, 31), {C});
+      OnnxModelBuilder::int_attr(b.node("Gemm", {"x", "W", "B"}, {"g"}), "transB", 1);
+    } else if (form == 1) {  // alpha, beta and a scalar C
+      b.initializer_f("W", values(K * C, 32, -0.5f, 0.5f), {K, C});
+      b.initializer_f("B", {0.75f}, {1});
+      auto& n = b.node("Gemm", {"x", "W", "B"}, {"g"});
+      OnnxModelBuilder::float_attr(n, "alpha", 0.5f);
+      OnnxModelBuilder::float_attr(n, "beta", 2.0f);
+    } else {  // no C, transB = 0
+      b.initializer_f("W", values(K * C, 33, -0.5f, 0.5f), {K, C});
+      b.node("Gemm", {"x", "W"}, {"g"});
+    }
+    b.node("BatchNormalization", {"g", "gamma", "beta", "mean", "var"}, {"bn"});
+    b.node("Relu", {"bn"}, {"y"});
+    b.output("y");
+    const auto [on, off] = check_on_off(b, {{"x", Shape{M, K}, values(M * K, 34)}}, {"batchnorm_folding"});
+    EXPECT_LT(on, off);  // the BN step is gone
+  }
+}
+
+TEST(BatchNormFolding, BnAfterMatMulFoldsIntoItsBiasAddOrBecomesOne) {
+  const int64_t M = 3, K = 17, C = 21;
+  for (bool bias : {true, false}) {
+    SCOPED_TRACE(bias);
+    OnnxModelBuilder b;
+    b.input("x", DType::kFloat32, {M, K});
+    add_bn_params(b, C, 50);
+    b.initializer_f("W", values(K * C, 51, -0.5f, 0.5f), {K, C});
+    if (bias) {
+      b.initializer_f("B", values(C, 52), {C});
+      b.node("MatMul", {"x", "W"}, {"m"});
+      b.node("Add", {"B", "m"}, {"g"});
+    } else {
+      b.node("MatMul", {"x", "W"}, {"g"});
+    }
+    b.node("BatchNormalization", {"g", "gamma", "beta", "mean", "var"}, {"y"});
+    b.output("y");
+    const auto [on, off] = check_on_off(b, {{"x", Shape{M, K}, values(M * K, 53)}}, {"batchnorm_folding"});
+    EXPECT_EQ(on, 1u);  // one FusedMatMul with the folded bias
+    EXPECT_EQ(off, 2u);
+  }
+}
+
+// A rank-3 BN after a MatMul normalises axis 1, not the matmul's columns: no folding into the weight
+// (it becomes the per-channel scale and shift), and the result is unchanged.
+TEST(BatchNormFolding, BnOverAnotherAxisDoesNotFoldIntoTheMatMul) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{2}, int64_t{7}, int64_t{5}});
+  b.initializer_f("W", values(5 * 6, 60, -0.5f, 0.5f), {5, 6});
+  add_bn_params(b, 7, 61);
+  b.node("MatMul", {"x", "W"}, {"m"});
+  b.node("BatchNormalization", {"m", "gamma", "beta", "mean", "var"}, {"y"});
+  b.output("y");
+  const auto [on, off] = check_on_off(b, {{"x", Shape{2, 7, 5}, values(70, 62)}}, {"batchnorm_folding"});
+  EXPECT_EQ(on, 2u);  // FusedMatMul, then the scale + shift step
+  EXPECT_EQ(off, 2u);
+}
+
 }  // namespace
 }  // namespace kiln
