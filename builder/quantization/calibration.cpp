@@ -159,6 +159,14 @@ const std::string& batch_folder(const CalibrationConfig& c, int batch) {
 
 namespace {
 
+std::string batch_file(const std::string& folder, const std::string& input) {
+  return (std::filesystem::path(folder) / (sanitize_file_name(input) + ".npy")).string();
+}
+
+Status missing_batch_file(const std::string& file, const std::string& input) {
+  return InvalidArgument("calibration file '" + file + "' is missing (input '" + input + "' of every batch subfolder)");
+}
+
 // One batch subfolder: `<input>.npy` (engine-run's file names) for every plan input, each with the
 // input's dtype and exactly its shape in `shapes` (the calibration profile's opt shapes).
 StatusOr<std::vector<std::pair<std::string, Tensor>>> folder_batch_inputs(const Plan& plan, const std::map<std::string, Shape>& shapes,
@@ -168,10 +176,9 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> folder_batch_inputs(const 
     const PlanValue& pv = plan.values[id];
     auto it = shapes.find(pv.name);
     if (it == shapes.end()) return Internal("calibration: no shape for input '" + pv.name + "'");
-    const std::string file = (std::filesystem::path(folder) / (sanitize_file_name(pv.name) + ".npy")).string();
+    const std::string file = batch_file(folder, pv.name);
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec))
-      return InvalidArgument("calibration file '" + file + "' is missing (input '" + pv.name + "' of every batch subfolder)");
+    if (!std::filesystem::is_regular_file(file, ec)) return missing_batch_file(file, pv.name);
     auto t = read_npy(file);
     if (!t.ok()) return InvalidArgument("calibration: input '" + pv.name + "': " + t.status().message());
     const Shape& want = it->second;
@@ -197,9 +204,9 @@ StatusOr<uint64_t> folder_checksum(const Plan& plan, const CalibrationConfig& c)
   std::string sums;
   for (int b = 1; b <= c.batches; ++b)
     for (int id : plan.inputs) {
-      const std::string file = (std::filesystem::path(batch_folder(c, b)) / (sanitize_file_name(plan.values[id].name) + ".npy")).string();
+      const std::string file = batch_file(batch_folder(c, b), plan.values[id].name);
       std::ifstream f(file, std::ios::binary);
-      if (!f) return InvalidArgument("calibration file '" + file + "' is missing (input '" + plan.values[id].name + "' of every batch subfolder)");
+      if (!f) return missing_batch_file(file, plan.values[id].name);
       std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       char line[40];
       std::snprintf(line, sizeof line, "%016" PRIx64 "\n", checksum64(bytes.data(), bytes.size()));
