@@ -28,10 +28,9 @@ Status ConfigReader::read_calibration(const Entry& e, BuildConfig& cfg) const {
   KILN_RETURN_IF_ERROR(open_checked(e, {"method", "percentile", "batches", "holdout", "cache", "profile", "tolerance", "inputs"}, &m));
   CalibrationConfig& c = cfg.calibration;
   if (const Entry* x = m.find("method")) KILN_RETURN_IF_ERROR(get_choice(*x, {"minmax", "percentile", "entropy"}, &c.method));
-  if (const Entry* x = m.find("inputs")) {
-    std::string inputs;
-    KILN_RETURN_IF_ERROR(get_choice(*x, {"generators"}, &inputs));  // the config's generators, a seed per batch
-  }
+  std::string inputs = "generators";  // the config's generators, a seed per batch
+  if (const Entry* x = m.find("inputs"))
+    KILN_RETURN_IF_ERROR(get_string(*x, "generators or a folder of .npy batch subfolders", &inputs));
   KILN_RETURN_IF_ERROR(get_double(m, "percentile", true, &c.percentile));
   if (c.percentile > 100) return type_error(m.find("percentile")->site, m.find("percentile")->path, "a percentile in (0, 100]",
                                             m.find("percentile")->value);
@@ -43,6 +42,31 @@ Status ConfigReader::read_calibration(const Entry& e, BuildConfig& cfg) const {
     c.cache = resolve(c.cache);
   }
   if (const Entry* x = m.find("profile")) KILN_RETURN_IF_ERROR(get_string(*x, "a profile name", &c.profile));
+  if (inputs != "generators") KILN_RETURN_IF_ERROR(read_calibration_folder(*m.find("inputs"), m.find("batches"), inputs, c));
+  return Status::Ok();
+}
+
+// calibration.inputs: DIR, one subfolder per batch (sorted by name): the last `holdout` are held
+// out, the first `batches` of the others calibrate (all of them when batches is not given). The
+// files themselves are checked when calibration reads them (their shapes need the plan).
+Status ConfigReader::read_calibration_folder(const Entry& inputs, const Entry* batches, const std::string& dir, CalibrationConfig& c) const {
+  c.folder = resolve(dir);
+  std::error_code ec;
+  if (!fs::is_directory(c.folder, ec))
+    return error(inputs.site, "'" + inputs.path + "': '" + c.folder + "' is not a folder (expected generators or a folder of .npy batch subfolders)");
+  for (fs::directory_iterator it(c.folder, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec)) c.batch_folders.push_back(it->path().string());
+  if (ec) return error(inputs.site, "'" + inputs.path + "': cannot list '" + c.folder + "': " + ec.message());
+  std::sort(c.batch_folders.begin(), c.batch_folders.end());
+  const int n = static_cast<int>(c.batch_folders.size());
+  if (n <= c.holdout)
+    return error(inputs.site, "'" + inputs.path + "': '" + c.folder + "' has " + std::to_string(n) + " batch subfolders, needs at least " +
+                                  std::to_string(c.holdout + 1) + " (the last " + std::to_string(c.holdout) + " are held out, calibration.holdout)");
+  if (!batches) c.batches = n - c.holdout;
+  else if (c.batches > n - c.holdout)
+    return error(batches->site, "'" + batches->path + "': " + std::to_string(c.batches) + " exceeds the " + std::to_string(n - c.holdout) +
+                                    " calibrating subfolders of '" + c.folder + "' (" + std::to_string(n) + ", the last " +
+                                    std::to_string(c.holdout) + " held out)");
   return Status::Ok();
 }
 

@@ -98,6 +98,10 @@ struct CalibrationConfig {
   double percentile = 99.99;       // percentile: the |x| quantile the range clips at
   int batches = 8;                 // calibration batches (the config's generators, seeds per batch)
   int holdout = 2;                 // further batches, not calibrated on, for the int8 vs fp32 error report
+  // inputs: DIR instead of the generators: the folder (resolved) and its batch subfolders, sorted by
+  // name; the first `batches` calibrate, the last `holdout` are held out.
+  std::string folder;              // "" = the generators
+  std::vector<std::string> batch_folders;
   std::string cache;               // calibration cache file; "" = none
   std::string profile;             // whose opt shapes calibrate; "" = the first profile
   // Per output: max |int8 - fp32| over the held-out batches must stay within tolerance *

@@ -118,6 +118,7 @@ class ConfigReader {
   Status read_benchmark(const Entry& e, BenchmarkConfig* out) const;
   Status read_streaming(const Entry& e, BuildConfig& cfg) const;
   Status read_calibration(const Entry& e, BuildConfig& cfg) const;
+  Status read_calibration_folder(const Entry& inputs, const Entry* batches, const std::string& dir, CalibrationConfig& c) const;
 
   std::string resolve(const std::string& p) const {
     std::filesystem::path q(p);

@@ -158,7 +158,12 @@ StatusOr<std::vector<ProfileCheck>> check_engine(const Engine& engine, const Bui
       }
     }
     // int8: batches calibration never saw, at opt shapes (validation's own inputs are batch 0).
-    if (fp32 && pc.lowp == "int8") {
+    // A calibration folder holds the calibration profile's opt shapes only: other profiles report
+    // the error on validation's inputs alone.
+    const std::string& calib_profile = cfg.calibration.profile.empty() && !cfg.profiles.empty() ? cfg.profiles.front().name
+                                                                                                : cfg.calibration.profile;
+    const bool holdout_fits = cfg.calibration.folder.empty() || bp.profile.name == calib_profile;
+    if (fp32 && pc.lowp == "int8" && holdout_fits) {
       const auto opt = bp.profile.shapes_at(ResolvedProfile::Point::kOpt);
       for (int h = 1; h <= cfg.calibration.holdout; ++h) {
         KILN_ASSIGN_OR_RETURN(auto inputs, batch_inputs(*bp.plan, opt, cfg, cfg.calibration.batches + h));

@@ -33,7 +33,7 @@
 #include "tools/engine_inspect.h"
 #include "tools/entry_run.h"
 #include "tools/generate_run.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 #include "tools/omp_wait_policy.h"
 #include "tools/run_options_cli.h"
 #include "tools/stream_run.h"

@@ -9,7 +9,7 @@
 
 #include "profiles/latency_stats.h"
 #include "runtime/session.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 

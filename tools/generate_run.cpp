@@ -10,7 +10,7 @@
 
 #include "profiles/latency_stats.h"
 #include "runtime/greedy_decoder.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 

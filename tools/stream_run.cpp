@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/streaming_session.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 

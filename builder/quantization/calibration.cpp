@@ -14,6 +14,7 @@
 #include "builder/input_generator.h"
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 
@@ -150,8 +151,75 @@ double entropy_threshold(const AbsHistogram& h) {
   return best * h.range / kCalibrationBins;  // the upper edge of the kept bins
 }
 
+const std::string& batch_folder(const CalibrationConfig& c, int batch) {
+  if (batch >= 1 && batch <= c.batches) return c.batch_folders[static_cast<size_t>(batch - 1)];
+  const size_t n = c.batch_folders.size(), h = static_cast<size_t>(c.holdout);
+  return c.batch_folders[n - h + static_cast<size_t>(std::max(0, batch - c.batches - 1)) % h];
+}
+
+namespace {
+
+std::string batch_file(const std::string& folder, const std::string& input) {
+  return (std::filesystem::path(folder) / (sanitize_file_name(input) + ".npy")).string();
+}
+
+Status missing_batch_file(const std::string& file, const std::string& input) {
+  return InvalidArgument("calibration file '" + file + "' is missing (input '" + input + "' of every batch subfolder)");
+}
+
+// One batch subfolder: `<input>.npy` (engine-run's file names) for every plan input, each with the
+// input's dtype and exactly its shape in `shapes` (the calibration profile's opt shapes).
+StatusOr<std::vector<std::pair<std::string, Tensor>>> folder_batch_inputs(const Plan& plan, const std::map<std::string, Shape>& shapes,
+                                                                          const std::string& folder) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (int id : plan.inputs) {
+    const PlanValue& pv = plan.values[id];
+    auto it = shapes.find(pv.name);
+    if (it == shapes.end()) return Internal("calibration: no shape for input '" + pv.name + "'");
+    const std::string file = batch_file(folder, pv.name);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) return missing_batch_file(file, pv.name);
+    auto t = read_npy(file);
+    if (!t.ok()) return InvalidArgument("calibration: input '" + pv.name + "': " + t.status().message());
+    const Shape& want = it->second;
+    const std::string at_opt = " (calibration runs at the calibration profile's opt shapes, " + pv.name + want.str() + ")";
+    if (t->dtype() != pv.dtype)
+      return InvalidArgument("calibration file '" + file + "': input '" + pv.name + "' has dtype " + dtype_name(t->dtype()) + ", expected " +
+                             dtype_name(pv.dtype));
+    const Shape& got = t->shape();
+    if (got.rank() != want.rank())
+      return InvalidArgument("calibration file '" + file + "': input '" + pv.name + "' has rank " + std::to_string(got.rank()) + " " + got.str() +
+                             ", expected rank " + std::to_string(want.rank()) + at_opt);
+    for (int d = 0; d < want.rank(); ++d)
+      if (got[d] != want[d])
+        return InvalidArgument("calibration file '" + file + "': input '" + pv.name + "' dim " + std::to_string(d) + " is " + std::to_string(got[d]) +
+                               ", expected " + std::to_string(want[d]) + at_opt);
+    out.emplace_back(pv.name, std::move(*t));
+  }
+  return out;
+}
+
+// One checksum over every calibrating file (name and contents), so changed data recalibrates.
+StatusOr<uint64_t> folder_checksum(const Plan& plan, const CalibrationConfig& c) {
+  std::string sums;
+  for (int b = 1; b <= c.batches; ++b)
+    for (int id : plan.inputs) {
+      const std::string file = batch_file(batch_folder(c, b), plan.values[id].name);
+      std::ifstream f(file, std::ios::binary);
+      if (!f) return missing_batch_file(file, plan.values[id].name);
+      std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      char line[40];
+      std::snprintf(line, sizeof line, "%016" PRIx64 "\n", checksum64(bytes.data(), bytes.size()));
+      sums += file.substr(c.folder.size()) + " " + line;
+    }
+  return checksum64(sums.data(), sums.size());
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::pair<std::string, Tensor>>> batch_inputs(const Plan& plan, const std::map<std::string, Shape>& shapes,
                                                                    const BuildConfig& cfg, int batch) {
+  if (!cfg.calibration.folder.empty()) return folder_batch_inputs(plan, shapes, batch_folder(cfg.calibration, batch));
   std::vector<std::pair<std::string, Tensor>> out;
   for (int id : plan.inputs) {
     const PlanValue& pv = plan.values[id];
@@ -174,7 +242,8 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> batch_inputs(const Plan& p
   return out;
 }
 
-StatusOr<std::string> calibration_cache_key(const BuildConfig& cfg, const std::string& profile, const std::map<std::string, Shape>& shapes) {
+StatusOr<std::string> calibration_cache_key(const Plan& plan, const BuildConfig& cfg, const std::string& profile,
+                                            const std::map<std::string, Shape>& shapes) {
   KILN_ASSIGN_OR_RETURN(uint64_t model, file_checksum(cfg.model));
   const CalibrationConfig& c = cfg.calibration;
   std::ostringstream os;
@@ -184,6 +253,12 @@ StatusOr<std::string> calibration_cache_key(const BuildConfig& cfg, const std::s
   if (c.method == "percentile") os << " " << hex_float(static_cast<float>(c.percentile));
   os << " batches " << c.batches << " profile " << profile << " shapes";
   for (const auto& [name, s] : shapes) os << " " << name << s.str();
+  if (!c.folder.empty()) {
+    KILN_ASSIGN_OR_RETURN(uint64_t data, folder_checksum(plan, c));
+    std::snprintf(sum, sizeof sum, "%016" PRIx64, data);
+    os << " folder " << sum;
+    return os.str();
+  }
   os << " generators";
   for (const auto& [name, g] : cfg.inputs) os << " " << name << "=" << gen_text(g);
   return os.str();
@@ -195,7 +270,7 @@ StatusOr<CalibrationResult> calibrate(const Plan& fp32_plan, const std::string& 
   CalibrationResult result;
   std::string key;
   if (!c.cache.empty()) {
-    KILN_ASSIGN_OR_RETURN(key, calibration_cache_key(cfg, profile, shapes));
+    KILN_ASSIGN_OR_RETURN(key, calibration_cache_key(fp32_plan, cfg, profile, shapes));
     KILN_ASSIGN_OR_RETURN(auto cached, read_cache(c.cache, key));
     if (cached) {
       progress("calibration: " + std::to_string(cached->size()) + " scales from cache " + c.cache + " (skipping calibration)");
@@ -221,7 +296,8 @@ StatusOr<CalibrationResult> calibrate(const Plan& fp32_plan, const std::string& 
   std::map<std::string, AbsHistogram> hist;
   std::map<std::string, double> amax;
   const bool histogram = c.method != "minmax";
-  progress("calibration: method " + c.method + ", " + std::to_string(c.batches) + " batches of profile '" + profile + "' at opt shapes, " +
+  const std::string source = c.folder.empty() ? "" : " read from folder " + c.folder + " (" + std::to_string(c.holdout) + " more held out)";
+  progress("calibration: method " + c.method + ", " + std::to_string(c.batches) + " batches" + source + " of profile '" + profile + "' at opt shapes, " +
            std::to_string(output_of.size()) + " activations" + (histogram ? " (two passes: ranges, then histograms)" : ""));
   for (int pass = 0; pass < (histogram ? 2 : 1); ++pass) {
     for (int b = 1; b <= c.batches; ++b) {

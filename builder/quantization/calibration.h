@@ -46,13 +46,19 @@ double percentile_threshold(const AbsHistogram& h, double percentile);
 double entropy_threshold(const AbsHistogram& h);
 
 // Inputs of calibration batch `batch` (>= 1; batch 0 is what validation and benchmarks use) at
-// `shapes`: the config's generators with seeds derived from the batch number.
+// `shapes`: the config's generators with seeds derived from the batch number; with
+// `calibration.inputs: DIR`, the .npy files of batch_folder(batch), which must match `shapes`.
+// Batches 1..batches calibrate; later numbers are held out.
 StatusOr<std::vector<std::pair<std::string, Tensor>>> batch_inputs(const Plan& plan, const std::map<std::string, Shape>& shapes,
                                                                    const BuildConfig& cfg, int batch);
 
+// With calibration.inputs: DIR, the subfolder of batch `batch`: 1..batches are the first
+// subfolders; later numbers (the error report's, --sensitivity's) cycle through the last `holdout`.
+const std::string& batch_folder(const CalibrationConfig& c, int batch);
+
 // The cache header line for these settings (the model's bytes, the method, batches, profile shapes,
-// generators).
-StatusOr<std::string> calibration_cache_key(const BuildConfig& cfg, const std::string& profile,
+// generators, or a checksum of the calibrating .npy files of `plan`'s inputs).
+StatusOr<std::string> calibration_cache_key(const Plan& plan, const BuildConfig& cfg, const std::string& profile,
                                             const std::map<std::string, Shape>& shapes);
 
 // Scales for every int8 candidate of `fp32_plan` (the calibration profile's plan), from the cache

@@ -124,7 +124,7 @@ def tail(text, n=2000):
 
 
 def sanitize(name):
-    """The file name engine-run (tools/npy_io.h) and models/export_models.py give a tensor: characters
+    """The file name engine-run (runtime/npy_io.h) and models/export_models.py give a tensor: characters
     outside [A-Za-z0-9._-] become '_'. Written here rather than imported from export_models, which
     imports torch, so comparing folders stays quick."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)

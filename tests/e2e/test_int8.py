@@ -9,7 +9,12 @@ one outlier feature (x100), so per-tensor int8 loses that layer's small features
   4. --sensitivity ranks the outlier layer first, writes <engine>.sensitivity.json, and keeping
      it in fp32 with precision_overrides reduces the error the report measures;
   5. engine-run runs the int8 engine and --inspect shows its kernels as onednn_int8;
-  6. a QDQ model (QuantizeLinear/DequantizeLinear around activations, int8 weights per channel)
+  6. calibration from a folder of .npy batches (calibration: {inputs: DIR}): it reads the
+     calibrating subfolders, writes the cache, a rebuild from the cache is byte-identical, changed
+     data recalibrates, --sensitivity runs on the held-out subfolders, and a file whose shape is not
+     the profile's opt shape fails in one line naming the file, the input and the dim, leaving no
+     engine;
+  7. a QDQ model (QuantizeLinear/DequantizeLinear around activations, int8 weights per channel)
      builds without calibration, runs its matmuls on onednn_int8, and matches the model's own
      semantics (numpy) and the same model with qdq_matmul_fusion off (reference QDQ kernels).
 
@@ -89,11 +94,11 @@ def make_qdq_model(path):
     return reference
 
 
-def config(work, name, tolerance=0.5, overrides=""):
+def config(work, name, tolerance=0.5, overrides="", calibration="batches: 3, cache: mlp.calib"):
     text = f"""model: mlp.onnx
 output: {name}.engine
 precision: int8
-calibration: {{method: minmax, batches: 3, holdout: 2, tolerance: {tolerance}, cache: mlp.calib}}
+calibration: {{method: minmax, holdout: 2, tolerance: {tolerance}, {calibration}}}
 {overrides}
 profiles:
   p:
@@ -127,6 +132,54 @@ def int8_error(report_path):
     rep = json.loads(pathlib.Path(report_path).read_text())
     outs = rep["profiles"]["p"]["int8_vs_fp32"]["outputs"]
     return max(o["relative_err"] for o in outs.values()), rep["profiles"]["p"]["int8_vs_fp32"]
+
+
+def write_batches(folder, count, shape=(64, 64), seed=10):
+    """`count` batch subfolders b00, b01, ... of x.npy (the model's one input), uniform in [-1, 1)."""
+    rng = np.random.default_rng(seed)
+    for b in range(count):
+        (folder / f"b{b:02d}").mkdir(parents=True, exist_ok=True)
+        np.save(folder / f"b{b:02d}" / "x.npy", rng.uniform(-1, 1, shape).astype(np.float32))
+
+
+def folder_calibration(a, work, res):
+    write_batches(work / "data", 5)  # 3 calibrate, the last 2 are held out
+    calib = "inputs: data, cache: folder.calib"
+    r = build(a.engine_build, config(work, "folder", calibration=calib))
+    problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr.strip()[-600:]}"]
+    if not problems:
+        if "3 batches read from folder" not in r.stderr or "wrote 3 scales" not in r.stderr:
+            problems.append("the log does not say 3 batches were read from the folder: " + r.stderr.strip()[-600:])
+        if not (work / "folder.calib").exists():
+            problems.append("no calibration cache written")
+        err, section = int8_error(work / "folder.engine.report.json")
+        if not section["within_tolerance"] or section["holdout_batches"] != 2 or not 0 < err < 0.5:
+            problems.append(f"report: {section}")
+        r2 = build(a.engine_build, config(work, "folder2", calibration=calib))
+        if r2.returncode != 0 or "from cache" not in r2.stderr or "calibration: method" in r2.stderr:
+            problems.append(f"the rebuild did not use the cache: {r2.stderr.strip()[-400:]}")
+        elif (work / "folder.engine").read_bytes() != (work / "folder2.engine").read_bytes():
+            problems.append("engine bytes differ after the rebuild from the cache")
+        # New data in a calibrating subfolder: the cache no longer matches.
+        write_batches(work / "data", 1, seed=11)
+        r3 = build(a.engine_build, config(work, "folder3", calibration=calib), "--sensitivity")
+        if r3.returncode != 0 or "3 batches read from folder" not in r3.stderr:
+            problems.append(f"changed data did not recalibrate: {r3.stderr.strip()[-400:]}")
+        elif not (work / "folder3.engine.sensitivity.json").exists():
+            problems.append("no sensitivity ranking from the held-out subfolders")
+    res.record("calibration from a folder of .npy batches", problems)
+
+    write_batches(work / "bad", 4)
+    np.save(work / "bad" / "b01" / "x.npy", np.zeros((64, 65), np.float32))
+    r = build(a.engine_build, config(work, "bad", calibration="inputs: bad"))
+    lines = [l for l in r.stderr.splitlines() if not l.startswith("[engine-build]")]
+    want = [str(work / "bad" / "b01" / "x.npy"), "input 'x'", "dim 1 is 65, expected 64", "opt shapes"]
+    problems = []
+    if r.returncode == 0 or len(lines) != 1 or not all(w in r.stderr for w in want):
+        problems.append(f"exit {r.returncode}, error lines {lines}")
+    if (work / "bad.engine").exists():
+        problems.append("the failed build left bad.engine behind")
+    res.record("a batch file of the wrong shape fails in one line", problems)
 
 
 def main():
@@ -215,7 +268,9 @@ def main():
         problems.append(f"inspect shows {i.stdout.count('onednn_int8')} int8 kernels")
     res.record("engine-run and --inspect", problems)
 
-    # 6. The QDQ model: int8 kernels with the model's scales, no calibration.
+    folder_calibration(a, work, res)
+
+    # 7. The QDQ model: int8 kernels with the model's scales, no calibration.
     reference = make_qdq_model(str(work / "qdq.onnx"))
     xv = np.random.default_rng(2).uniform(-1.2, 1.2, (9, 64)).astype(np.float32)
     np.save(work / "xq.npy", xv)

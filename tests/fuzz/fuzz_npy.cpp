@@ -1,6 +1,6 @@
-// libFuzzer target: the .npy reader (tools/npy_io.cpp), bytes as a file.
+// libFuzzer target: the .npy reader (runtime/npy_io.cpp), bytes as a file.
 #include "tests/fuzz/fuzz_common.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::fuzz::cap_memory();

@@ -13,7 +13,7 @@
 #include "builder/onnx/onnx_importer.h"
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 namespace {

@@ -16,7 +16,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/plugin_host/plugin_registry.h"
 #include "runtime/engine.h"
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 namespace kiln {
 namespace {

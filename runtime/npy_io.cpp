@@ -1,4 +1,4 @@
-#include "tools/npy_io.h"
+#include "runtime/npy_io.h"
 
 #include <cstring>
 #include <fstream>
