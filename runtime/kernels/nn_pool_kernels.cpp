@@ -287,7 +287,7 @@ class VectorizedMaxPool final : public Kernel {
     const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OH * OW), taps};
     ThreadPool::global().parallel_for(planes, cost, [&](int64_t pl_begin, int64_t pl_end, int) {
       // This thread's running row, kept across steps (no allocation in steady state).
-      float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(W)));
+      float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W, 1))));
       if (!row) {
         row_failed_.store(true, std::memory_order_relaxed);
         return;
