@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-enum class ScratchSlot { kOnednnScratchpad = 0, kPluginWorkspace, kCount };
+// kKernelRow: a built-in kernel's row buffer inside one pool chunk (max pooling's running row).
+enum class ScratchSlot { kOnednnScratchpad = 0, kPluginWorkspace, kKernelRow, kCount };
 
 // This thread's buffer for `slot`, at least `bytes` long and 64-byte aligned, or nullptr when it
 // cannot grow. It never shrinks, so alternating shapes settle on one buffer and a steady state

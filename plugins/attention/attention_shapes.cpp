@@ -5,6 +5,7 @@
 #include <string>
 
 #include "plugins/attention/attention_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln::attention {
 namespace {
@@ -213,8 +214,7 @@ void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> i
     constexpr size_t kChunk = size_t{1} << 15;  // floats
     const int64_t per_block = static_cast<int64_t>((out_seg + kChunk - 1) / kChunk);
     const int64_t tasks = 2 * outer * per_block;
-#pragma omp parallel for schedule(static)
-    for (int64_t task = 0; task < tasks; ++task) {
+    parallel_for_each(tasks, LoopCost{8.0 * kChunk, 0}, [&](int64_t task) {
       const int t = static_cast<int>(task / (outer * per_block));
       const int64_t o = task / per_block % outer, c = task % per_block;
       float* d = out[1 + t].as<float>() + o * out_seg;
@@ -227,7 +227,7 @@ void append_kv(const Params& p, const Geometry& g, std::span<const TensorView> i
         const size_t b = std::max(begin, cache_seg);
         stream_copy(d + b, in[kK + t].as<const float>() + o * new_seg + (b - cache_seg), end - b);
       }
-    }
+    });
     return;
   }
   for (int t = 0; t < 2; ++t) {

@@ -14,6 +14,7 @@
 #include "runtime/kernels/elementwise_common.h"
 #include "runtime/kernels/fused_elementwise.h"
 #include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -105,21 +106,27 @@ class FusedElementwiseKernel final : public Kernel {
     const vec::Table& t = vec::table();
     float* y = out[0].as<float>();
     const int64_t inner = w.inner(), rows = total / inner;
+    // On kiln's pool, not an OpenMP team: a team's end barrier waits for a descheduled thread, a
+    // time slice per step on a shared machine. Per element: the inputs and the output, and a few
+    // flops per instruction (transcendentals cost more, but most programs are adds and multiplies).
+    const double bytes = 4.0 * (ni_ + 1), flops = 4.0 * static_cast<double>(prog_.size() + 1);
     if (norm_ != Norm::kNone) {
-#pragma omp parallel for schedule(static) if (total > ew::kParallelThreshold && rows > 1)
-      for (int64_t r = 0; r < rows; ++r) norm_row(t, w, in, y, r);
+      const double d = static_cast<double>(inner);
+      parallel_for_each(rows, LoopCost{bytes * d, (flops + 6.0) * d}, [&](int64_t r) { norm_row(t, w, in, y, r); });
       return Status::Ok();
     }
     const int64_t per_row = (inner + kBlock - 1) / kBlock, items = rows * per_row;
-#pragma omp parallel for schedule(static) if (total > ew::kParallelThreshold && items > 1)
-    for (int64_t it = 0; it < items; ++it) {
-      const int64_t r = it / per_row, start = (it % per_row) * kBlock;
+    const double per_item = static_cast<double>(std::min(inner, kBlock));
+    ThreadPool::global().parallel_for(items, LoopCost{bytes * per_item, flops * per_item}, [&](int64_t b, int64_t e, int) {
       Scratch s;
       int64_t off[kMaxInputs];
-      w.row_offsets(r, ni_, off);
-      bind_inputs(w, in, off, start, std::min(kBlock, inner - start), s);
-      execute(t, s, std::min(kBlock, inner - start), y + r * inner + start);
-    }
+      for (int64_t it = b; it < e; ++it) {
+        const int64_t r = it / per_row, start = (it % per_row) * kBlock;
+        w.row_offsets(r, ni_, off);
+        bind_inputs(w, in, off, start, std::min(kBlock, inner - start), s);
+        execute(t, s, std::min(kBlock, inner - start), y + r * inner + start);
+      }
+    });
     return Status::Ok();
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -89,36 +90,37 @@ class ConvKernel final : public Kernel {
       const T* w = in[1].as<T>();
       const T* bias = in.size() > 2 && in[2].present() ? in[2].as<T>() : nullptr;
       T* y = out[0].as<T>();
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t m = 0; m < M; ++m) {
-          const int64_t grp = m / Mg;
-          T* yp = y + (n * M + m) * out_plane;
-          const T b0 = bias ? bias[m] : T(0);
-          for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-            for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-              for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-                T acc = b0;
-                for (int64_t ic = 0; ic < Cg; ++ic) {
-                  const T* xp = x + (n * C + grp * Cg + ic) * in_plane;
-                  const T* wp = w + (m * Cg + ic) * kvol;
-                  for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
-                    const int64_t i0 = o0 * g.stride[0] - g.pad_begin[0] + k0 * g.dil[0];
-                    if (i0 < 0 || i0 >= g.in[0]) continue;
-                    for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
-                      const int64_t i1 = o1 * g.stride[1] - g.pad_begin[1] + k1 * g.dil[1];
-                      if (i1 < 0 || i1 >= g.in[1]) continue;
-                      for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
-                        const int64_t i2 = o2 * g.stride[2] - g.pad_begin[2] + k2 * g.dil[2];
-                        if (i2 < 0 || i2 >= g.in[2]) continue;
-                        acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2] * wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
-                      }
+      // Per output plane (n, m): Cg * kvol multiply-adds per output element.
+      const double macs = static_cast<double>(out_plane) * static_cast<double>(Cg * kvol);
+      parallel_for_each(N * M, LoopCost{sizeof(T) * (macs + static_cast<double>(out_plane)), 2.0 * macs}, [&](int64_t nm) {
+        const int64_t n = nm / M, m = nm % M;
+        const int64_t grp = m / Mg;
+        T* yp = y + (n * M + m) * out_plane;
+        const T b0 = bias ? bias[m] : T(0);
+        for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+          for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+            for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+              T acc = b0;
+              for (int64_t ic = 0; ic < Cg; ++ic) {
+                const T* xp = x + (n * C + grp * Cg + ic) * in_plane;
+                const T* wp = w + (m * Cg + ic) * kvol;
+                for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+                  const int64_t i0 = o0 * g.stride[0] - g.pad_begin[0] + k0 * g.dil[0];
+                  if (i0 < 0 || i0 >= g.in[0]) continue;
+                  for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+                    const int64_t i1 = o1 * g.stride[1] - g.pad_begin[1] + k1 * g.dil[1];
+                    if (i1 < 0 || i1 >= g.in[1]) continue;
+                    for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+                      const int64_t i2 = o2 * g.stride[2] - g.pad_begin[2] + k2 * g.dil[2];
+                      if (i2 < 0 || i2 >= g.in[2]) continue;
+                      acc += xp[(i0 * g.in[1] + i1) * g.in[2] + i2] * wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
                     }
                   }
                 }
-                yp[(o0 * g.out[1] + o1) * g.out[2] + o2] = acc;
               }
-        }
+              yp[(o0 * g.out[1] + o1) * g.out[2] + o2] = acc;
+            }
+      });
       return Status::Ok();
     });
   }
@@ -161,36 +163,37 @@ class ConvTransposeKernel final : public Kernel {
       const T* bias = in.size() > 2 && in[2].present() ? in[2].as<T>() : nullptr;
       T* y = out[0].as<T>();
       // Scatter form: each (n, m) owns its output plane, so planes are computed independently.
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t m = 0; m < M; ++m) {
-          const int64_t grp = m / Mg, mm = m % Mg;
-          T* yp = y + (n * M + m) * out_plane;
-          std::fill(yp, yp + out_plane, bias ? bias[m] : T(0));
-          for (int64_t ic = 0; ic < Cg; ++ic) {
-            const int64_t c = grp * Cg + ic;
-            const T* xp = x + (n * C + c) * in_plane;
-            const T* wp = w + (c * Mg + mm) * kvol;
-            for (int64_t i0 = 0; i0 < g.in[0]; ++i0)
-              for (int64_t i1 = 0; i1 < g.in[1]; ++i1)
-                for (int64_t i2 = 0; i2 < g.in[2]; ++i2) {
-                  const T xv = xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
-                  for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
-                    const int64_t o0 = i0 * g.stride[0] - g.pad_begin[0] + k0 * g.dil[0];
-                    if (o0 < 0 || o0 >= g.out[0]) continue;
-                    for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
-                      const int64_t o1 = i1 * g.stride[1] - g.pad_begin[1] + k1 * g.dil[1];
-                      if (o1 < 0 || o1 >= g.out[1]) continue;
-                      for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
-                        const int64_t o2 = i2 * g.stride[2] - g.pad_begin[2] + k2 * g.dil[2];
-                        if (o2 < 0 || o2 >= g.out[2]) continue;
-                        yp[(o0 * g.out[1] + o1) * g.out[2] + o2] += xv * wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
-                      }
+      // Per output plane (n, m): Cg * kvol multiply-adds per input element.
+      const double macs = static_cast<double>(in_plane) * static_cast<double>(Cg * kvol);
+      parallel_for_each(N * M, LoopCost{sizeof(T) * (macs + static_cast<double>(out_plane)), 2.0 * macs}, [&](int64_t nm) {
+        const int64_t n = nm / M, m = nm % M;
+        const int64_t grp = m / Mg, mm = m % Mg;
+        T* yp = y + (n * M + m) * out_plane;
+        std::fill(yp, yp + out_plane, bias ? bias[m] : T(0));
+        for (int64_t ic = 0; ic < Cg; ++ic) {
+          const int64_t c = grp * Cg + ic;
+          const T* xp = x + (n * C + c) * in_plane;
+          const T* wp = w + (c * Mg + mm) * kvol;
+          for (int64_t i0 = 0; i0 < g.in[0]; ++i0)
+            for (int64_t i1 = 0; i1 < g.in[1]; ++i1)
+              for (int64_t i2 = 0; i2 < g.in[2]; ++i2) {
+                const T xv = xp[(i0 * g.in[1] + i1) * g.in[2] + i2];
+                for (int64_t k0 = 0; k0 < g.k[0]; ++k0) {
+                  const int64_t o0 = i0 * g.stride[0] - g.pad_begin[0] + k0 * g.dil[0];
+                  if (o0 < 0 || o0 >= g.out[0]) continue;
+                  for (int64_t k1 = 0; k1 < g.k[1]; ++k1) {
+                    const int64_t o1 = i1 * g.stride[1] - g.pad_begin[1] + k1 * g.dil[1];
+                    if (o1 < 0 || o1 >= g.out[1]) continue;
+                    for (int64_t k2 = 0; k2 < g.k[2]; ++k2) {
+                      const int64_t o2 = i2 * g.stride[2] - g.pad_begin[2] + k2 * g.dil[2];
+                      if (o2 < 0 || o2 >= g.out[2]) continue;
+                      yp[(o0 * g.out[1] + o1) * g.out[2] + o2] += xv * wp[(k0 * g.k[1] + k1) * g.k[2] + k2];
                     }
                   }
                 }
-          }
+              }
         }
+      });
       return Status::Ok();
     });
   }

@@ -65,14 +65,14 @@ class BatchNormKernel final : public Kernel {
       const int64_t C = xs[1], planes = xs[0] * C, inner = xs.numel(2, xs.rank());
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
-#pragma omp parallel for schedule(static) if (planes * inner > 16384)
-      for (int64_t p = 0; p < planes; ++p) {
+      const double bytes = 2.0 * sizeof(T) * static_cast<double>(inner);
+      parallel_for_each(planes, LoopCost{bytes, 2.0 * static_cast<double>(inner)}, [&](int64_t p) {
         const int64_t c = p % C;
         const double a = read_double(in[1], c) / std::sqrt(read_double(in[4], c) + epsilon_);
         const double b = read_double(in[2], c) - read_double(in[3], c) * a;
         const T fa = static_cast<T>(a), fb = static_cast<T>(b);
         for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = x[p * inner + i] * fa + fb;
-      }
+      });
       return Status::Ok();
     });
   }
@@ -145,8 +145,8 @@ class InstanceNormKernel final : public Kernel {
       const int64_t C = xs[1], planes = xs[0] * C, inner = xs.numel(2, xs.rank());
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
-#pragma omp parallel for schedule(static) if (planes * inner > 16384)
-      for (int64_t p = 0; p < planes; ++p) {
+      const double bytes = 3.0 * sizeof(T) * static_cast<double>(inner);
+      parallel_for_each(planes, LoopCost{bytes, 6.0 * static_cast<double>(inner)}, [&](int64_t p) {
         const T* xp = x + p * inner;
         double mean = 0, var = 0;
         for (int64_t i = 0; i < inner; ++i) mean += xp[i];
@@ -156,7 +156,7 @@ class InstanceNormKernel final : public Kernel {
         const double a = read_double(in[1], p % C) / std::sqrt(var + epsilon_);
         const double b = read_double(in[2], p % C) - mean * a;
         for (int64_t i = 0; i < inner; ++i) y[p * inner + i] = static_cast<T>(xp[i] * a + b);
-      }
+      });
       return Status::Ok();
     });
   }
@@ -206,8 +206,8 @@ class LayerNormKernel final : public Kernel {
       const T* scale = has_scale ? in[1].as<T>() : nullptr;
       const T* bias = has_bias ? in[2].as<T>() : nullptr;
       T* y = out[0].as<T>();
-#pragma omp parallel for schedule(static) if (rows_ * cols_ > 16384)
-      for (int64_t r = 0; r < rows_; ++r) {
+      const double bytes = 5.0 * sizeof(T) * static_cast<double>(cols_);
+      parallel_for_each(rows_, LoopCost{bytes, 12.0 * static_cast<double>(cols_)}, [&](int64_t r) {
         const T* xr = x + r * cols_;
         T* yr = y + r * cols_;
         double mean = 0, var = 0;
@@ -223,7 +223,7 @@ class LayerNormKernel final : public Kernel {
         }
         if (mean_out) mean_out[r] = static_cast<float>(mean);
         if (inv_out) inv_out[r] = static_cast<float>(inv);
-      }
+      });
       return Status::Ok();
     });
   }
@@ -323,20 +323,21 @@ class LrnKernel final : public Kernel {
       const int64_t before = (size_ - 1) / 2, after = size_ - 1 - before;
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t c0 = std::max<int64_t>(0, c - before), c1 = std::min<int64_t>(C - 1, c + after);
-          for (int64_t i = 0; i < inner; ++i) {
-            double sq = 0;
-            for (int64_t cc = c0; cc <= c1; ++cc) {
-              const double v = x[(n * C + cc) * inner + i];
-              sq += v * v;
-            }
-            const int64_t o = (n * C + c) * inner + i;
-            y[o] = static_cast<T>(x[o] / std::pow(bias_ + alpha_ / size_ * sq, static_cast<double>(beta_)));
+      // Per plane: size_ reads of each element and a pow per element (~40 flops).
+      const LoopCost cost{static_cast<double>(sizeof(T) * (size_ + 1) * inner), static_cast<double>((2 * size_ + 40) * inner)};
+      parallel_for_each(N * C, cost, [&](int64_t nc) {
+        const int64_t n = nc / C, c = nc % C;
+        const int64_t c0 = std::max<int64_t>(0, c - before), c1 = std::min<int64_t>(C - 1, c + after);
+        for (int64_t i = 0; i < inner; ++i) {
+          double sq = 0;
+          for (int64_t cc = c0; cc <= c1; ++cc) {
+            const double v = x[(n * C + cc) * inner + i];
+            sq += v * v;
           }
+          const int64_t o = (n * C + c) * inner + i;
+          y[o] = static_cast<T>(x[o] / std::pow(bias_ + alpha_ / size_ * sq, static_cast<double>(beta_)));
         }
+      });
       return Status::Ok();
     });
   }
@@ -383,8 +384,9 @@ class MvnKernel final : public Kernel {
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
       const int64_t n_outer = static_cast<int64_t>(outer.size()), n_inner = static_cast<int64_t>(inner.size());
-#pragma omp parallel for schedule(static) if (n_outer * n_inner > 16384)
-      for (int64_t o = 0; o < n_outer; ++o) {
+      // Gathered (strided) reads: bytes at 3 passes of the row, counted as 16 per element.
+      const double d = static_cast<double>(n_inner);
+      parallel_for_each(n_outer, LoopCost{16.0 * d, 6.0 * d}, [&](int64_t o) {
         double mean = 0, var = 0;
         for (int64_t off : inner) mean += x[outer[o] + off];
         mean = n_inner ? mean / n_inner : 0.0;
@@ -392,7 +394,7 @@ class MvnKernel final : public Kernel {
         var = n_inner ? var / n_inner : 0.0;
         const double denom = std::sqrt(var) + 1e-9;
         for (int64_t off : inner) y[outer[o] + off] = static_cast<T>((x[outer[o] + off] - mean) / denom);
-      }
+      });
       return Status::Ok();
     });
   }

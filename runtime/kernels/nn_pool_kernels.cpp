@@ -4,11 +4,14 @@
 // MaxPool also takes kiln's attribute layout "nhwc" (float32 2-D, no Indices; set by
 // builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C].
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
+#include "runtime/thread_scratch.h"
 
 namespace kiln {
 
@@ -63,8 +66,10 @@ class PoolKernel final : public Kernel {
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
       int64_t* indices = out.size() > 1 && out[1].present() ? out[1].as<int64_t>() : nullptr;
-#pragma omp parallel for schedule(static) if (planes * out_plane > 4096)
-      for (int64_t pl = 0; pl < planes; ++pl) {
+      // Per plane: every output reads its window (taps of T, a few flops each; pow for Lp).
+      const double taps = static_cast<double>(out_plane) * static_cast<double>(g.k[0] * g.k[1] * g.k[2]);
+      const LoopCost cost{taps * sizeof(T) + 12.0 * static_cast<double>(out_plane), taps * (kind_ == PoolKind::kLp ? 40.0 : 2.0)};
+      parallel_for_each(planes, cost, [&](int64_t pl) {
         const T* xp = x + pl * in_plane;
         for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
           for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
@@ -118,7 +123,7 @@ class PoolKernel final : public Kernel {
                 y[oi] = static_cast<T>(std::pow(acc, 1.0 / static_cast<double>(p_)));
               }
             }
-      }
+      });
       return Status::Ok();
     });
   }
@@ -277,11 +282,17 @@ class VectorizedMaxPool final : public Kernel {
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
     constexpr float kLowest = std::numeric_limits<float>::lowest();
-#pragma omp parallel if (planes * OH * OW > 4096)
-    {
-      std::vector<float> row(static_cast<size_t>(W));
-#pragma omp for schedule(static)
-      for (int64_t pl = 0; pl < planes; ++pl) {
+    // Per plane: the window's rows read once per output row, a max per tap.
+    const double taps = static_cast<double>(OH) * static_cast<double>(g.k[0] * W + g.k[1] * OW);
+    const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OH * OW), taps};
+    ThreadPool::global().parallel_for(planes, cost, [&](int64_t pl_begin, int64_t pl_end, int) {
+      // This thread's running row, kept across steps (no allocation in steady state).
+      float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W, 1))));
+      if (!row) {
+        row_failed_.store(true, std::memory_order_relaxed);
+        return;
+      }
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
         const float* xp = x + pl * H * W;
         float* yp = y + pl * OH * OW;
         for (int64_t oh = 0; oh < OH; ++oh) {
@@ -292,10 +303,10 @@ class VectorizedMaxPool final : public Kernel {
             std::fill(yr, yr + OW, kLowest);
             continue;
           }
-          std::copy(xp + hlo * W, xp + hlo * W + W, row.data());
+          std::copy(xp + hlo * W, xp + hlo * W + W, row);
           for (int64_t h = hlo + 1; h < hhi; ++h) {
             const float* xr = xp + h * W;
-            float* r = row.data();
+            float* r = row;
             // omp simd: -O2's cheap vectorizer model skips loops that need a runtime alias check.
 #pragma omp simd
             for (int64_t w = 0; w < W; ++w) r[w] = std::max(r[w], xr[w]);
@@ -309,7 +320,8 @@ class VectorizedMaxPool final : public Kernel {
           }
         }
       }
-    }
+    });
+    if (row_failed_.exchange(false, std::memory_order_relaxed)) return ResourceExhausted("max pool: out of memory for a row buffer");
     return Status::Ok();
   }
 
@@ -322,8 +334,8 @@ class VectorizedMaxPool final : public Kernel {
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
     constexpr float kLowest = std::numeric_limits<float>::lowest();
-#pragma omp parallel for schedule(static) if (N * OH * OW * C > 4096)
-    for (int64_t row = 0; row < N * OH; ++row) {
+    const double taps = static_cast<double>(OW) * static_cast<double>(g.k[0] * g.k[1] * C);
+    parallel_for_each(N * OH, LoopCost{4.0 * taps + 4.0 * static_cast<double>(OW * C), taps}, [&](int64_t row) {
       const int64_t n = row / OH, oh = row % OH;
       const int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
       const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
@@ -339,11 +351,12 @@ class VectorizedMaxPool final : public Kernel {
             for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
           }
       }
-    }
+    });
     return Status::Ok();
   }
 
   std::unique_ptr<Kernel> ref_;
+  std::atomic<bool> row_failed_{false};
   WindowAttrs w_;
   bool ceil_mode_, nhwc_;
   bool fast_ = false, use_ref_ = false;
@@ -379,8 +392,7 @@ class VectorizedGlobalAveragePool final : public Kernel {
     const float* src = in[0].as<float>();
     float* dst = out[0].as<float>();
     constexpr int64_t kLanes = 16;
-#pragma omp parallel for schedule(static) if (planes * size > 65536)
-    for (int64_t pl = 0; pl < planes; ++pl) {
+    parallel_for_each(planes, LoopCost{4.0 * static_cast<double>(size), static_cast<double>(size)}, [&](int64_t pl) {
       const float* p = src + pl * size;
       float part[kLanes] = {};
       int64_t i = 0;
@@ -391,7 +403,7 @@ class VectorizedGlobalAveragePool final : public Kernel {
       for (; i < size; ++i) sum += p[i];
       for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
       dst[pl] = static_cast<float>(size > 0 ? sum / static_cast<double>(size) : 0.0);
-    }
+    });
     return Status::Ok();
   }
 

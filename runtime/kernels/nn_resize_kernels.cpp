@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -69,44 +70,49 @@ class ResizeKernel final : public Kernel {
       const T* x = in[0].as<T>();
       T* y = out[0].as<T>();
       const int64_t total = out_shape_.numel();
-#pragma omp parallel for schedule(static) if (total > 16384)
-      for (int64_t flat = 0; flat < total; ++flat) {
-        const Taps* t[kMaxRank];
-        bool outside = false;
-        int64_t rem = flat;
-        for (int d = rank - 1; d >= 0; --d) {
-          t[d] = &taps_[tap_begin_[d] + rem % out_shape_[d]];
-          rem /= out_shape_[d];
-          outside |= t[d]->outside;
-        }
-        if (outside) {
-          y[flat] = static_cast<T>(a_.extrapolation);
-          continue;
-        }
-        // Walk the tensor product of the per-dim taps like an odometer.
-        int pos[kMaxRank] = {};
-        double acc = 0;
-        for (;;) {
-          double w = 1;
-          int64_t off = 0;
-          for (int d = 0; d < rank; ++d) {
-            w *= t[d]->w[pos[d]];
-            off += t[d]->idx[pos[d]] * in_strides[d];
+      // Per output element: its taps (up to 4^rank for cubic) and a division per dim to find them.
+      double taps = 1;
+      for (int d = 0; d < rank; ++d) taps *= a_.mode == Mode::kCubic ? 4.0 : a_.mode == Mode::kNearest ? 1.0 : 2.0;
+      const LoopCost cost{sizeof(T) * (taps + 1.0), 4.0 * rank * taps + 20.0 * rank};
+      ThreadPool::global().parallel_for(total, cost, [&](int64_t flat_begin, int64_t flat_end, int) {
+        for (int64_t flat = flat_begin; flat < flat_end; ++flat) {
+          const Taps* t[kMaxRank];
+          bool outside = false;
+          int64_t rem = flat;
+          for (int d = rank - 1; d >= 0; --d) {
+            t[d] = &taps_[tap_begin_[d] + rem % out_shape_[d]];
+            rem /= out_shape_[d];
+            outside |= t[d]->outside;
           }
-          acc += w * static_cast<double>(x[off]);
-          int d = rank - 1;
-          for (; d >= 0; --d) {
-            if (++pos[d] < t[d]->count) break;
-            pos[d] = 0;
+          if (outside) {
+            y[flat] = static_cast<T>(a_.extrapolation);
+            continue;
           }
-          if (d < 0) break;
+          // Walk the tensor product of the per-dim taps like an odometer.
+          int pos[kMaxRank] = {};
+          double acc = 0;
+          for (;;) {
+            double w = 1;
+            int64_t off = 0;
+            for (int d = 0; d < rank; ++d) {
+              w *= t[d]->w[pos[d]];
+              off += t[d]->idx[pos[d]] * in_strides[d];
+            }
+            acc += w * static_cast<double>(x[off]);
+            int d = rank - 1;
+            for (; d >= 0; --d) {
+              if (++pos[d] < t[d]->count) break;
+              pos[d] = 0;
+            }
+            if (d < 0) break;
+          }
+          if constexpr (std::is_integral_v<T>) {
+            y[flat] = a_.mode == Mode::kNearest ? static_cast<T>(acc) : static_cast<T>(std::nearbyint(acc));
+          } else {
+            y[flat] = static_cast<T>(acc);
+          }
         }
-        if constexpr (std::is_integral_v<T>) {
-          y[flat] = a_.mode == Mode::kNearest ? static_cast<T>(acc) : static_cast<T>(std::nearbyint(acc));
-        } else {
-          y[flat] = static_cast<T>(acc);
-        }
-      }
+      });
       return Status::Ok();
     });
   }
@@ -348,15 +354,16 @@ class GridSampleKernel final : public Kernel {
       const T* x = in[0].as<T>();
       const T* grid = in[1].as<T>();
       T* y = out[0].as<T>();
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-          const T* plane = x + (n * C + c) * H * W;
-          for (int64_t p = 0; p < Ho * Wo; ++p) {
-            const T* gp = grid + (n * Ho * Wo + p) * 2;
-            y[((n * C + c) * Ho * Wo) + p] = static_cast<T>(sample(plane, H, W, gp[0], gp[1]));
-          }
+      // Per plane: a bilinear or bicubic sample per output pixel (16 taps at most).
+      const double px = static_cast<double>(Ho * Wo);
+      parallel_for_each(N * C, LoopCost{px * (16.0 * sizeof(T) + 8.0), 100.0 * px}, [&](int64_t nc) {
+        const int64_t n = nc / C, c = nc % C;
+        const T* plane = x + (n * C + c) * H * W;
+        for (int64_t p = 0; p < Ho * Wo; ++p) {
+          const T* gp = grid + (n * Ho * Wo + p) * 2;
+          y[((n * C + c) * Ho * Wo) + p] = static_cast<T>(sample(plane, H, W, gp[0], gp[1]));
         }
+      });
       return Status::Ok();
     });
   }

@@ -10,6 +10,7 @@
 
 #include "runtime/kernels/elementwise_common.h"
 #include "runtime/kernels/nn_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -45,8 +46,8 @@ class FusedRotaryKernel final : public Kernel {
     const float* c = in[1].as<float>();
     const float* s = in[2].as<float>();
     float* y = out[0].as<float>();
-#pragma omp parallel for schedule(static) if (rows * D > ew::kParallelThreshold)
-    for (int64_t r = 0; r < rows; ++r) {
+    const double d = static_cast<double>(D);
+    parallel_for_each(rows, LoopCost{16.0 * d, 3.0 * d}, [&](int64_t r) {
       const float* xr = x + r * D;
       const float* cr = c + (r % S) * D;
       const float* sr = s + (r % S) * D;
@@ -55,7 +56,7 @@ class FusedRotaryKernel final : public Kernel {
       for (int64_t d = 0; d < h; ++d) yr[d] = xr[d] * cr[d] - xr[d + h] * sr[d];
 #pragma omp simd
       for (int64_t d = h; d < D; ++d) yr[d] = xr[d] * cr[d] + xr[d - h] * sr[d];
-    }
+    });
     return Status::Ok();
   }
 };

@@ -130,77 +130,81 @@ void reduce_typed(ReduceOp op, const ReducePlan& p, const S* x, S* y) {
   // overflow is the accepted behaviour for integer tensors.
   using Acc = std::conditional_t<kFloat, double, std::conditional_t<std::is_signed_v<C>, int64_t, uint64_t>>;
   const int64_t count = p.red_count;
-#pragma omp parallel for schedule(static) if (p.out_count * count > (1 << 16))
-  for (int64_t o = 0; o < p.out_count; ++o) {
-    const int64_t base = kept_offset(p, o);
-    double r = 0;  // result for the ops that end in floating point math
-    switch (op) {
-      case ReduceOp::kMax:
-      case ReduceOp::kMin: {
-        const bool is_max = op == ReduceOp::kMax;
-        C m = is_max ? (kFloat ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest())
-                     : (kFloat ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max());
-        // NaN wins, as in numpy: once m is NaN neither comparison replaces it.
-        for_each_reduced(p, x, base, [&](C v) {
-          if ((is_max ? v > m : v < m) || is_nan(v)) m = v;
-        });
-        y[o] = Elem<S>::store(m);
-        continue;
-      }
-      case ReduceOp::kProd: {
-        Acc a = 1;
-        for_each_reduced(p, x, base, [&](C v) { a *= static_cast<Acc>(v); });
-        y[o] = Elem<S>::store(static_cast<C>(a));
-        continue;
-      }
-      case ReduceOp::kSum:
-      case ReduceOp::kMean:
-      case ReduceOp::kL1:
-      case ReduceOp::kSumSquare: {
-        Acc a = 0;
-        if (op == ReduceOp::kL1)
-          for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v < 0 ? -v : v); });
-        else if (op == ReduceOp::kSumSquare)
-          for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v) * static_cast<Acc>(v); });
-        else
-          for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v); });
-        if (op == ReduceOp::kMean) {
-          if constexpr (kFloat) a /= static_cast<Acc>(count);  // empty: 0/0 = NaN, as numpy
-          else a = count ? a / static_cast<Acc>(count) : 0;
+  // Per output: its reduced elements (strided reads, a few flops; exp or log for the Log ops).
+  const double c = static_cast<double>(count);
+  const LoopCost cost{2.0 * sizeof(S) * c, (op == ReduceOp::kLogSumExp ? 30.0 : 4.0) * c};
+  ThreadPool::global().parallel_for(p.out_count, cost, [&](int64_t o_begin, int64_t o_end, int) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const int64_t base = kept_offset(p, o);
+      double r = 0;  // result for the ops that end in floating point math
+      switch (op) {
+        case ReduceOp::kMax:
+        case ReduceOp::kMin: {
+          const bool is_max = op == ReduceOp::kMax;
+          C m = is_max ? (kFloat ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest())
+                       : (kFloat ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max());
+          // NaN wins, as in numpy: once m is NaN neither comparison replaces it.
+          for_each_reduced(p, x, base, [&](C v) {
+            if ((is_max ? v > m : v < m) || is_nan(v)) m = v;
+          });
+          y[o] = Elem<S>::store(m);
+          continue;
         }
-        y[o] = Elem<S>::store(static_cast<C>(a));
-        continue;
-      }
-      case ReduceOp::kL2: {
-        double a = 0;
-        for_each_reduced(p, x, base, [&](C v) { a += static_cast<double>(v) * static_cast<double>(v); });
-        r = std::sqrt(a);
-        break;
-      }
-      case ReduceOp::kLogSum: {
-        double a = 0;
-        for_each_reduced(p, x, base, [&](C v) { a += static_cast<double>(v); });
-        r = std::log(a);
-        break;
-      }
-      case ReduceOp::kLogSumExp: {
-        double m = -std::numeric_limits<double>::infinity();
-        for_each_reduced(p, x, base, [&](C v) {
-          if (static_cast<double>(v) > m || is_nan(v)) m = static_cast<double>(v);
-        });
-        if (std::isinf(m)) {  // empty, all -inf, or a +inf present: the sum of exps does not help
-          r = m;
+        case ReduceOp::kProd: {
+          Acc a = 1;
+          for_each_reduced(p, x, base, [&](C v) { a *= static_cast<Acc>(v); });
+          y[o] = Elem<S>::store(static_cast<C>(a));
+          continue;
+        }
+        case ReduceOp::kSum:
+        case ReduceOp::kMean:
+        case ReduceOp::kL1:
+        case ReduceOp::kSumSquare: {
+          Acc a = 0;
+          if (op == ReduceOp::kL1)
+            for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v < 0 ? -v : v); });
+          else if (op == ReduceOp::kSumSquare)
+            for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v) * static_cast<Acc>(v); });
+          else
+            for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v); });
+          if (op == ReduceOp::kMean) {
+            if constexpr (kFloat) a /= static_cast<Acc>(count);  // empty: 0/0 = NaN, as numpy
+            else a = count ? a / static_cast<Acc>(count) : 0;
+          }
+          y[o] = Elem<S>::store(static_cast<C>(a));
+          continue;
+        }
+        case ReduceOp::kL2: {
+          double a = 0;
+          for_each_reduced(p, x, base, [&](C v) { a += static_cast<double>(v) * static_cast<double>(v); });
+          r = std::sqrt(a);
           break;
         }
-        double a = 0;
-        for_each_reduced(p, x, base, [&](C v) { a += std::exp(static_cast<double>(v) - m); });
-        r = m + std::log(a);
-        break;
+        case ReduceOp::kLogSum: {
+          double a = 0;
+          for_each_reduced(p, x, base, [&](C v) { a += static_cast<double>(v); });
+          r = std::log(a);
+          break;
+        }
+        case ReduceOp::kLogSumExp: {
+          double m = -std::numeric_limits<double>::infinity();
+          for_each_reduced(p, x, base, [&](C v) {
+            if (static_cast<double>(v) > m || is_nan(v)) m = static_cast<double>(v);
+          });
+          if (std::isinf(m)) {  // empty, all -inf, or a +inf present: the sum of exps does not help
+            r = m;
+            break;
+          }
+          double a = 0;
+          for_each_reduced(p, x, base, [&](C v) { a += std::exp(static_cast<double>(v) - m); });
+          r = m + std::log(a);
+          break;
+        }
       }
+      if constexpr (kFloat) y[o] = Elem<S>::store(static_cast<C>(r));
+      else y[o] = static_cast<C>(std::isfinite(r) ? r : 0);
     }
-    if constexpr (kFloat) y[o] = Elem<S>::store(static_cast<C>(r));
-    else y[o] = static_cast<C>(std::isfinite(r) ? r : 0);
-  }
+  });
 }
 
 class ReduceKernel final : public Kernel {
@@ -298,8 +302,8 @@ KernelFactory reduce_factory(ReduceOp op) {
 template <typename S>
 void arg_reduce_typed(bool is_max, bool last, const AxisSplit& sp, const S* x, int64_t* y) {
   using C = typename Elem<S>::Compute;
-#pragma omp parallel for schedule(static) if (sp.outer * sp.n * sp.inner > (1 << 16))
-  for (int64_t o = 0; o < sp.outer; ++o) {
+  const double per_outer = static_cast<double>(sp.n * sp.inner);
+  parallel_for_each(sp.outer, LoopCost{2.0 * sizeof(S) * per_outer, 2.0 * per_outer}, [&](int64_t o) {
     for (int64_t i = 0; i < sp.inner; ++i) {
       const S* row = x + o * sp.n * sp.inner + i;
       C best = Elem<S>::load(row[0]);
@@ -316,7 +320,7 @@ void arg_reduce_typed(bool is_max, bool last, const AxisSplit& sp, const S* x, i
       }
       y[o * sp.inner + i] = best_idx;
     }
-  }
+  });
 }
 
 KernelFactory arg_reduce_factory(bool is_max) {

@@ -5,6 +5,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/reduction_common.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 namespace {
@@ -31,8 +32,8 @@ template <typename S>
 void cumsum_typed(const AxisSplit& sp, bool exclusive, bool reverse, const S* x, S* y) {
   using C = typename Elem<S>::Compute;
   const int64_t lines = sp.outer * sp.inner;
-#pragma omp parallel for schedule(static) if (lines * sp.n > (1 << 16) && lines > 1)
-  for (int64_t l = 0; l < lines; ++l) {
+  const double n = static_cast<double>(sp.n);
+  parallel_for_each(lines, LoopCost{2.0 * sizeof(S) * n, n}, [&](int64_t l) {
     const int64_t o = l / sp.inner, i = l % sp.inner;
     const int64_t base = o * sp.n * sp.inner + i;
     SumAcc<C> acc = 0;
@@ -44,7 +45,7 @@ void cumsum_typed(const AxisSplit& sp, bool exclusive, bool reverse, const S* x,
       y[off] = Elem<S>::store(static_cast<C>(acc));
       if (exclusive) acc += v;
     }
-  }
+  });
 }
 
 KernelFactory cumsum_factory() {

@@ -73,8 +73,9 @@ template <typename S>
 void softmax_generic(SoftmaxKind kind, const AxisSplit& sp, const S* x, S* y) {
   using C = typename Elem<S>::Compute;
   const int64_t lines = sp.outer * sp.inner;
-#pragma omp parallel for schedule(static) if (lines * sp.n > 32768 && lines > 1)
-  for (int64_t l = 0; l < lines; ++l) {
+  // Three passes over the line and an exp per element (two for LogSoftmax's and Softmax's passes).
+  const double n = static_cast<double>(sp.n);
+  parallel_for_each(lines, LoopCost{3.0 * 2.0 * sizeof(S) * n, 40.0 * n}, [&](int64_t l) {
     const int64_t o = l / sp.inner, i = l % sp.inner;
     const int64_t base = o * sp.n * sp.inner + i, st = sp.inner;
     C m = Elem<S>::load(x[base]);
@@ -88,7 +89,7 @@ void softmax_generic(SoftmaxKind kind, const AxisSplit& sp, const S* x, S* y) {
     }
     if (kind == SoftmaxKind::kHardmax) {
       for (int64_t a = 0; a < sp.n; ++a) y[base + a * st] = Elem<S>::store(static_cast<C>(a == arg ? 1 : 0));
-      continue;
+      return;
     }
     C s = 0;
     for (int64_t a = 0; a < sp.n; ++a) s += std::exp(Elem<S>::load(x[base + a * st]) - m);
@@ -99,7 +100,7 @@ void softmax_generic(SoftmaxKind kind, const AxisSplit& sp, const S* x, S* y) {
       const C inv = C(1) / s;
       for (int64_t a = 0; a < sp.n; ++a) y[base + a * st] = Elem<S>::store(std::exp(Elem<S>::load(x[base + a * st]) - m) * inv);
     }
-  }
+  });
 }
 
 class SoftmaxKernel final : public Kernel {

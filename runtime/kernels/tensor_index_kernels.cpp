@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "runtime/kernels/tensor_util.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -77,12 +78,12 @@ KernelOr make_gather(const KernelArgs&, AttrReader& attrs) {
             if (!fix_index(i, dim)) return index_error(1, j, idx[j], dim);
           }
           if (row == 0) return Status::Ok();
-#pragma omp parallel for schedule(static) if (outer * n * static_cast<int64_t>(row) >= (int64_t{1} << 18))
-          for (int64_t o = 0; o < outer; ++o)
-            for (int64_t j = 0; j < n; ++j) {
-              const int64_t i = idx[j] < 0 ? idx[j] + dim : idx[j];
-              std::memcpy(dst + (o * n + j) * row, src + (o * dim + i) * row, row);
-            }
+          // One item per gathered row: an embedding lookup has outer = 1 and one row per token.
+          parallel_for_each(outer * n, LoopCost{2.0 * static_cast<double>(row), 0}, [&](int64_t k) {
+            const int64_t o = k / n, j = k % n;
+            const int64_t i = idx[j] < 0 ? idx[j] + dim : idx[j];
+            std::memcpy(dst + k * row, src + (o * dim + i) * row, row);
+          });
           return Status::Ok();
         });
       });

@@ -454,27 +454,30 @@ void pad_run(const TensorView& in, const TensorView& out, const PadParams& p, Pa
   const Shape ist = contiguous_strides(s);
   const int64_t row = p.out[r - 1], n_last = s[r - 1], b_last = p.begin[r - 1];
   const int64_t rows = row == 0 ? 0 : out.numel() / row;
-#pragma omp parallel for schedule(static) if (out.numel() >= (int64_t{1} << 16))
-  for (int64_t k = 0; k < rows; ++k) {
-    int64_t q = k, off = 0;
-    bool inside = true;
-    for (int d = r - 2; d >= 0; --d) {
-      const int64_t o = q % p.out[d];
-      q /= p.out[d];
-      const int64_t i = pad_source(o, p.begin[d], s[d], mode);
-      if (i < 0) inside = false;
-      off += i * ist[d];
+  // Per output row: its elements read and written, and an index computation each.
+  const LoopCost cost{2.0 * sizeof(T) * static_cast<double>(row), 2.0 * static_cast<double>(row)};
+  ThreadPool::global().parallel_for(rows, cost, [&](int64_t k_begin, int64_t k_end, int) {
+    for (int64_t k = k_begin; k < k_end; ++k) {
+      int64_t q = k, off = 0;
+      bool inside = true;
+      for (int d = r - 2; d >= 0; --d) {
+        const int64_t o = q % p.out[d];
+        q /= p.out[d];
+        const int64_t i = pad_source(o, p.begin[d], s[d], mode);
+        if (i < 0) inside = false;
+        off += i * ist[d];
+      }
+      T* o = dst + k * row;
+      if (!inside) {
+        std::fill(o, o + row, value);
+        continue;
+      }
+      for (int64_t j = 0; j < row; ++j) {
+        const int64_t i = pad_source(j, b_last, n_last, mode);
+        o[j] = i < 0 ? value : src[off + i];
+      }
     }
-    T* o = dst + k * row;
-    if (!inside) {
-      std::fill(o, o + row, value);
-      continue;
-    }
-    for (int64_t j = 0; j < row; ++j) {
-      const int64_t i = pad_source(j, b_last, n_last, mode);
-      o[j] = i < 0 ? value : src[off + i];
-    }
-  }
+  });
 }
 
 KernelOr make_pad(const KernelArgs& args, AttrReader& attrs) {
