@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <functional>
 #include <map>
 
 #include "runtime/plugin_host/plugin_kernel.h"

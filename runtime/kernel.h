@@ -73,12 +73,14 @@ enum class OutputAlias : uint8_t {
   kMayView,       // output 0 is a block of input 0 at some shapes only; at the others the kernel copies
 };
 
+// For kViewAtOffset and kMayView: where output 0 starts in input 0 at this run's shapes, in bytes, or
+// -1 when it is not a view at these shapes (kMayView only; the kernel then runs). An error for inputs
+// the kernel itself would reject (an out-of-range index), since a view skips the kernel.
+using ViewOffsetFn = Status (*)(const AttrMap& attrs, std::span<const TensorView> in, const TensorDesc& out, int64_t* offset);
+
 struct StepMemory {
   OutputAlias alias = OutputAlias::kNone;
-  // For kViewAtOffset and kMayView: where output 0 starts in input 0 at this run's shapes, in bytes,
-  // or -1 when it is not a view at these shapes (kMayView only; the kernel then runs). An error for
-  // inputs the kernel itself would reject (an out-of-range index), since a view skips the kernel.
-  Status (*view_offset)(const AttrMap& attrs, std::span<const TensorView> in, const TensorDesc& out, int64_t* offset) = nullptr;
+  ViewOffsetFn view_offset = nullptr;
   // Concat-like: output 0 is the inputs laid end to end along this axis (negative counts from the
   // end), and the kernel does not copy an input whose data already sits at its place in output 0.
   std::optional<int64_t> joins_inputs_along;
@@ -95,6 +97,24 @@ struct MemoryQuery {
   size_t num_outputs = 0;
 };
 using MemoryRule = StepMemory (*)(const MemoryQuery&);
+
+// What memory rules return, spelled out (designated initializers that leave members out warn).
+inline StepMemory view_memory(OutputAlias alias, ViewOffsetFn view_offset = nullptr) {
+  StepMemory m;
+  m.alias = alias;
+  m.view_offset = view_offset;
+  return m;
+}
+inline StepMemory joining_memory(int64_t axis) {
+  StepMemory m;
+  m.joins_inputs_along = axis;
+  return m;
+}
+inline StepMemory updating_memory(int written_input) {
+  StepMemory m;
+  m.updates_input_with = written_input;
+  return m;
+}
 
 // One implementation of one op. `priority`: higher wins when the builder picks automatically;
 // reference kernels are priority 0.

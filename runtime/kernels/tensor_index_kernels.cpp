@@ -501,14 +501,14 @@ StepMemory gather_memory(const MemoryQuery& q) {
   if (q.num_outputs != 1 || q.constant_inputs.size() != 2 || !q.constant_inputs[1]) return {};
   const Tensor& idx = *q.constant_inputs[1];
   if (!dtype_is_integer(idx.dtype()) || idx.numel() != 1 || idx.shape().rank() > 1) return {};
-  return {.alias = OutputAlias::kViewAtOffset, .view_offset = leading_gather_offset};
+  return view_memory(OutputAlias::kViewAtOffset, leading_gather_offset);
 }
 
 // ScatterND (PyTorch's index_put on a fixed-size cache) may write its updates into its data
 // input's buffer when nothing reads the old contents afterwards (runtime/update_in_place.cpp).
 StepMemory scatter_nd_memory(const MemoryQuery& q) {
   if (q.num_outputs != 1 || q.constant_inputs.size() != 3) return {};
-  return {.updates_input_with = 2};
+  return updating_memory(2);
 }
 
 }  // namespace

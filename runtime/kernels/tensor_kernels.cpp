@@ -489,7 +489,7 @@ KernelOr make_trilu(const KernelArgs&, AttrReader& attrs) {
 // Reshape-likes: output 0 is input 0's bytes under another shape, never a copy.
 StepMemory view_of_input(const MemoryQuery& q) {
   if (q.num_outputs != 1 || q.constant_inputs.empty()) return {};
-  return {.alias = OutputAlias::kView};
+  return view_memory(OutputAlias::kView);
 }
 
 }  // namespace

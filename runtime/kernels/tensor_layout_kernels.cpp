@@ -590,8 +590,10 @@ KernelOr make_space_to_depth(const KernelArgs&, AttrReader& attrs) {
 Status transpose_view_offset(const AttrMap& attrs, std::span<const TensorView> in, const TensorDesc&, int64_t* offset) {
   *offset = -1;
   const Shape& x = in[0].shape;
-  std::vector<int64_t> perm_attr;
-  if (auto it = attrs.find("perm"); it != attrs.end()) perm_attr = it->second.ints;
+  // A reference, not a copy: this runs every step, and a steady-state run must not allocate.
+  static const std::vector<int64_t> kDefaultPerm;
+  const auto it = attrs.find("perm");
+  const std::vector<int64_t>& perm_attr = it != attrs.end() ? it->second.ints : kDefaultPerm;
   int perm[kMaxRank];
   if (!transpose_perm(perm_attr, x.rank(), perm).ok()) return Status::Ok();  // the kernel reports it
   int last = -1;
@@ -627,20 +629,20 @@ Status slice_view_offset(const AttrMap&, std::span<const TensorView> in, const T
 
 StepMemory transpose_memory(const MemoryQuery& q) {
   if (q.num_outputs != 1 || q.constant_inputs.size() != 1) return {};
-  return {.alias = OutputAlias::kMayView, .view_offset = transpose_view_offset};
+  return view_memory(OutputAlias::kMayView, transpose_view_offset);
 }
 
 StepMemory slice_memory(const MemoryQuery& q) {
   // Slice-10 and later (starts and ends as inputs); the attribute form of opset 1 always copies.
   if (q.num_outputs != 1 || q.constant_inputs.size() < 3) return {};
-  return {.alias = OutputAlias::kMayView, .view_offset = slice_view_offset};
+  return view_memory(OutputAlias::kMayView, slice_view_offset);
 }
 
 // Concat copies only the inputs not already at their place in its output (make_concat).
 StepMemory concat_memory(const MemoryQuery& q) {
   auto axis = q.attrs.find("axis");
   if (q.num_outputs != 1 || axis == q.attrs.end() || axis->second.kind != Attribute::Kind::kInt) return {};
-  return {.joins_inputs_along = axis->second.i};
+  return joining_memory(axis->second.i);
 }
 
 }  // namespace

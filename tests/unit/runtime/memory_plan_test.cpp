@@ -20,7 +20,12 @@ using testing::OnnxModelBuilder;
 struct HandPlan {
   Plan plan;
   explicit HandPlan(int values) {
-    for (int i = 0; i < values; ++i) plan.values.push_back(PlanValue{.name = "v" + std::to_string(i), .dtype = DType::kFloat32});
+    for (int i = 0; i < values; ++i) {
+      PlanValue v;
+      v.name = "v" + std::to_string(i);
+      v.dtype = DType::kFloat32;
+      plan.values.push_back(std::move(v));
+    }
   }
   HandPlan& step(const std::string& op, std::vector<int> in, std::vector<int> out, const std::string& domain = "") {
     PlanStep s;
@@ -34,7 +39,7 @@ struct HandPlan {
   }
 };
 
-StepMemory declares_view(const MemoryQuery&) { return {.alias = OutputAlias::kView}; }
+StepMemory declares_view(const MemoryQuery&) { return view_memory(OutputAlias::kView); }
 
 TEST(PlanMemory, ViewsComeFromRegistryDeclarationsNotOpNames) {
   HandPlan h(5);
@@ -54,9 +59,12 @@ TEST(PlanMemory, ViewsComeFromRegistryDeclarationsNotOpNames) {
 
   // A registry whose Reshape declares nothing and whose CopyOf declares a view.
   KernelRegistry custom;
-  custom.add(KernelEntry{.op_type = "Reshape", .impl = "reference"});
-  custom.add(KernelEntry{.op_type = "CopyOf", .impl = "reference"});
-  custom.add(KernelEntry{.op_type = "Relu", .impl = "reference"});
+  for (const char* op : {"Reshape", "CopyOf", "Relu"}) {
+    KernelEntry e;
+    e.op_type = op;
+    e.impl = "reference";
+    custom.add(std::move(e));
+  }
   custom.set_memory_rule("CopyOf", declares_view);
   const PlanMemory m = PlanMemory::analyze(h.plan, custom);
   EXPECT_EQ(m.step[0].alias, OutputAlias::kNone) << "a Reshape is a view only because its entry declares it";
