@@ -17,6 +17,7 @@
 #include "builder/build_profile.h"
 #include "builder/config_reader.h"
 #include "runtime/shape.h"
+#include "yaml-cpp/eventhandler.h"
 
 namespace kiln {
 namespace config {
@@ -428,20 +429,59 @@ using config::ConfigReader;
 using config::describe;
 namespace fs = std::filesystem;
 
+namespace {
+
+// Counts a YAML text's documents, up to two, by walking parser events. YAML::LoadAll is not used:
+// yaml-cpp 0.7 turns some malformed texts (found by the fuzz target) into an endless run of empty
+// documents, which LoadAll collects until memory runs out. Stopping at the second document bounds
+// the work; the event cap guards a single document that never ends.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  explicit DocumentCounter(size_t text_bytes) : max_events_(16 * text_bytes + 64) {}
+  int documents = 0;
+  int second_line = 0;  // 1-based line where the second document starts
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second_line = mark.line + 1;
+    tick();
+  }
+  void OnDocumentEnd() override { tick(); }
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { tick(); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { tick(); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { tick(); }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { tick(); }
+  void OnSequenceEnd() override { tick(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override { tick(); }
+  void OnMapEnd() override { tick(); }
+
+ private:
+  void tick() {
+    if (++events_ > max_events_) throw std::length_error("the YAML parser does not come to an end");
+  }
+  size_t events_ = 0, max_events_;
+};
+
+}  // namespace
+
 StatusOr<BuildConfig> parse_build_config(const std::string& yaml_text, const std::string& path,
                                          const std::vector<std::pair<std::string, std::string>>& overrides) {
   try {
-    std::vector<YAML::Node> docs;
+    YAML::Node root;
     try {
-      docs = YAML::LoadAll(yaml_text);
+      std::istringstream stream(yaml_text);
+      YAML::Parser parser(stream);
+      DocumentCounter counter(yaml_text.size());
+      while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+      }
+      if (counter.documents > 1)
+        return InvalidArgument(path + ":" + std::to_string(counter.second_line) +
+                               ": expected a single YAML document, found more than one");
+      root = YAML::Load(yaml_text);
     } catch (const YAML::ParserException& ex) {
       return InvalidArgument(path + ":" + std::to_string(ex.mark.line + 1) + ": invalid YAML: " + ex.msg);
+    } catch (const std::length_error& ex) {
+      return InvalidArgument(path + ": invalid YAML: " + ex.what());
     }
-    if (docs.size() > 1)
-      return InvalidArgument(path + ":" + std::to_string(docs[1].Mark().line + 1) +
-                             ": expected a single YAML document, found " + std::to_string(docs.size()));
-    if (docs.empty() || docs[0].IsNull()) return InvalidArgument(path + ": the config is empty");
-    YAML::Node root = docs[0];
+    if (!root || root.IsNull()) return InvalidArgument(path + ": the config is empty");
     if (!root.IsMap())
       return InvalidArgument(path + ":" + std::to_string(root.Mark().line + 1) +
                              ": expected a map of settings at the top level, got '" + describe(root) + "'");

@@ -12,6 +12,10 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")
+// Clang ignores GCC's target pragma; its own attribute pragma does the same.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16"))), apply_to = function)
+#endif
 // GCC 12's _mm512_undefined_ps() initializes a variable from itself, which -Wmaybe-uninitialized
 // reports at every max/min/roundscale.
 #pragma GCC diagnostic push
@@ -579,4 +583,7 @@ TileOps amx_bf16_tile_ops() {
 }  // namespace kiln::attention
 
 #pragma GCC diagnostic pop
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

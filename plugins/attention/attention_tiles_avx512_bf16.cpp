@@ -16,6 +16,10 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")
+// Clang ignores GCC's target pragma; its own attribute pragma does the same.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"))), apply_to = function)
+#endif
 
 namespace kiln::attention {
 namespace {
@@ -172,4 +176,7 @@ TileOps avx512_bf16_tile_ops() {
 
 }  // namespace kiln::attention
 
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

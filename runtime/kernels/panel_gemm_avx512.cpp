@@ -33,6 +33,10 @@ bool supported() { return cpu_info().avx512; }
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq")
+// Clang ignores GCC's target pragma; its own attribute pragma does the same.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq"))), apply_to = function)
+#endif
 // GCC 12's _mm512_undefined_ps() initializes a variable from itself, which -Wmaybe-uninitialized
 // reports at every roundscale.
 #pragma GCC diagnostic push
@@ -234,4 +238,7 @@ void run(const Args& g, int threads) {
 }  // namespace kiln::panel_gemm
 
 #pragma GCC diagnostic pop
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

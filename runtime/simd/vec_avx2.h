@@ -9,6 +9,10 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+// Clang ignores GCC's target pragma; its own attribute pragma does the same.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
 
 namespace kiln::simd::avx2 {
 namespace {
@@ -152,4 +156,7 @@ inline void store_bf16_partial(uint16_t* p, int64_t n, V v) {
 }  // namespace
 }  // namespace kiln::simd::avx2
 
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

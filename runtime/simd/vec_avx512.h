@@ -15,6 +15,10 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
+// Clang ignores GCC's target pragma; its own attribute pragma does the same.
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))), apply_to = function)
+#endif
 // GCC 12's _mm512_undefined_ps() initializes a variable from itself, which -Wmaybe-uninitialized
 // reports at every max/min/roundscale.
 #pragma GCC diagnostic push
@@ -117,4 +121,7 @@ inline void store_bf16_partial(uint16_t* p, int64_t n, V v) { _mm256_mask_storeu
 }  // namespace kiln::simd::avx512
 
 #pragma GCC diagnostic pop
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
