@@ -51,8 +51,9 @@ bool fold_size(Graph& g, Node& n) {
   if (n.op_type != "Size" || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1) return false;
   Value& out = g.values[n.outputs[0]];
   const Value& x = g.values[n.inputs[0]];
-  if (!x.shape || !sym_shape_concrete(*x.shape)) return false;
-  out.constant = Tensor::scalar_i64(to_shape(*x.shape).numel());
+  int64_t count = 0;
+  if (!x.shape || !sym_shape_concrete(*x.shape) || !to_shape(*x.shape).checked_numel(&count)) return false;
+  out.constant = Tensor::scalar_i64(count);
   out.dtype = DType::kInt64;
   out.shape = from_shape(out.constant.shape());
   out.producer = -1;
@@ -110,9 +111,17 @@ Status constant_folding(Graph& g, PassContext& ctx) {
     if (!kernel.ok()) continue;  // unsupported ops are reported when the plan is built
     std::vector<TensorDesc> descs(n.outputs.size());
     if (!(*kernel)->infer(views, descs).ok()) continue;
+    // Overflow-checked: the shapes may come from the model's own (untrusted) shape tensors; what
+    // does not fit is left unfolded for shape inference to reject.
     int64_t bytes = 0;
-    for (const auto& d : descs) bytes += d.shape.numel() * static_cast<int64_t>(dtype_size(d.dtype));
-    if (bytes > ctx.max_folded_bytes) continue;
+    bool fits = true;
+    for (const auto& d : descs) {
+      int64_t count = 0, size = 0;
+      fits = fits && d.shape.checked_numel(&count) &&
+             !__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(d.dtype)), &size) &&
+             !__builtin_add_overflow(bytes, size, &bytes);
+    }
+    if (!fits || bytes > ctx.max_folded_bytes) continue;
     auto outs = run_kernel_once(**kernel, views, static_cast<int>(n.outputs.size()));
     if (!outs.ok()) return outs.status().with_context(g.describe_node(n));
     for (size_t o = 0; o < n.outputs.size(); ++o) {

@@ -406,7 +406,8 @@ Status kernel_rule(Graph& g, Node& n) {
     // Small runtime inputs (scalars such as a ratio or a flag) get zero-filled stand-ins so a
     // kernel that peeks at them never reads a null pointer; large ones carry no data.
     const Shape shape = to_shape(*val.shape);
-    if (shape.numel() <= 64) {
+    int64_t count = 0;
+    if (shape.checked_numel(&count) && count <= 64) {
       scratch.push_back(Tensor::zeros(val.dtype, shape));
       views.push_back(scratch.back().view());
     } else {
