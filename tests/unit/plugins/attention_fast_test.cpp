@@ -324,6 +324,20 @@ TEST(AttentionFast, Avx2PathMatchesReference) {
   attention::allow_avx512(true);
 }
 
+// The AVX2 path's remainders: register blocks of 6 keys (48-key tiles) or 6 queries by 16 lanes,
+// query vectors of 16 with 1-4 row tails on the few-row path, head sizes ending in a partial
+// vector (1, 7, 28, 36, 50, 72, 105) or on a whole one (8, 16), key counts that are not whole
+// tiles or blocks, caches splitting tiles, and the head-stationary order (274 = 4 tiles of 64,
+// one of 16 and 2 rows).
+TEST(AttentionFast, Avx2BlockRemainders) {
+  attention::allow_avx512(false);
+  sweep({{1, 1, 1, 7, 7, 50}, {1, 2, 7, 21, 53, 0}, {1, 1, 8, 18, 47, 3}, {1, 1, 16, 33, 49, 96},
+         {1, 3, 72, 70, 70, 25}, {1, 1, 105, 47, 145, 0}, {1, 1, 36, 130, 13, 50}, {1, 1, 28, 3, 3, 40},
+         {1, 1, 50, 2, 2, 60}, {1, 2, 64, 274, 274, 100}},
+        Precision::kFp32);
+  attention::allow_avx512(true);
+}
+
 // Without AVX512_BF16 a bf16 plugin runs in f32; with it, bf16 results must differ from f32 (the
 // path really runs) while staying within the bf16 tolerance (checked above).
 TEST(AttentionFast, Bf16PathIsTaken) {
