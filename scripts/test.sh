@@ -6,6 +6,10 @@
 #   KILN_SANITIZE=address,undefined ./scripts/test.sh   the whole suite under ASan + UBSan
 #                                                       (no recovery, leak checks on)
 #   KILN_SANITIZE=thread ./scripts/test.sh              the concurrency tests under TSan
+#   KILN_SUITE=core ./scripts/test.sh                   only the tests labelled "core" (unit,
+#                                                       conformance, malformed inputs, fuzz
+#                                                       regressions), building only what they run;
+#                                                       CI runs these under ASan + UBSan
 #
 # Sanitized builds go to build-<sanitizers>/ (scripts/build.sh).
 set -euo pipefail
@@ -13,9 +17,13 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 ./scripts/install_deps.sh
 SANITIZE=${KILN_SANITIZE:-}
+SUITE=${KILN_SUITE:-all}
+case "$SUITE" in all|core) ;; *) echo "KILN_SUITE must be 'all' or 'core', not '$SUITE'" >&2; exit 2;; esac
+core_targets=(kiln_tests onnx_conformance engine-build engine-run kiln_example_plugin
+              fuzz-replay-npy fuzz-replay-tensor_pb fuzz-replay-build_config fuzz-replay-onnx_import fuzz-replay-engine_load)
 case "$SANITIZE" in
   *thread*) ./scripts/build.sh --target kiln_tests kiln_concurrency_tests ;;  # TSan runs the concurrency tests only
-  *) ./scripts/build.sh ;;
+  *) if [ "$SUITE" = core ]; then ./scripts/build.sh --target "${core_targets[@]}"; else ./scripts/build.sh; fi ;;
 esac
 default_dir=build
 [ -n "$SANITIZE" ] && default_dir="build-${SANITIZE//,/-}"
@@ -39,4 +47,5 @@ case "$SANITIZE" in
     export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp ${LSAN_OPTIONS:-}"
     ;;
 esac
+[ "$SUITE" = core ] && args+=(-L '^core$')
 ctest --output-on-failure -j2 "${args[@]}" "$@"

@@ -65,6 +65,8 @@ StatusOr<std::unique_ptr<Kernel>> KernelRegistry::create(const KernelArgs& args,
   const std::string where = "node '" + std::string(args.node_name) + "' (" + std::string(args.op_type) + ")";
   auto impls = implementations(args.op_type);
   if (impls.empty()) return Unimplemented(where + ": unsupported op type '" + std::string(args.op_type) + "'");
+  // Every op has at least one output; kernels write out[0] without asking.
+  if (args.num_outputs < 1) return InvalidArgument(where + ": the node has no outputs");
   const KernelEntry* chosen = nullptr;
   for (auto* e : impls)
     if (impl.empty() || e->impl == impl) {
