@@ -331,7 +331,8 @@ bool symbolic_rule(Graph& g, Node& n, const DimRanges& ranges) {
       sizes = std::vector<int64_t>(parts, xs[axis].value / parts);
     if (!sizes || static_cast<int64_t>(sizes->size()) != parts) return false;
     int64_t total = 0;
-    for (int64_t sz : *sizes) total += sz;
+    for (int64_t sz : *sizes)  // the model's own numbers: negative or overflowing sizes infer nothing
+      if (sz < 0 || __builtin_add_overflow(total, sz, &total)) return false;
     if (xs[axis].is_known() && total != xs[axis].value) return false;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       Dims o = xs;

@@ -164,7 +164,8 @@ KernelOr make_split(const KernelArgs&, AttrReader& attrs) {
                                : given    ? split_attr[i]
                                           : std::clamp<int64_t>(dim - i * chunk, 0, chunk);
           if (size < 0) return InvalidArgument("split entry " + std::to_string(i) + " is " + std::to_string(size));
-          sum += size;
+          if (__builtin_add_overflow(sum, size, &sum))
+            return InvalidArgument("split entries overflow int64 at entry " + std::to_string(i));
           out[i] = {in[0].dtype, s};
           out[i].shape[axis] = size;
         }
