@@ -71,7 +71,7 @@ void BM_OnednnMatMul(benchmark::State& st) {
 
 void BM_PanelGemm(benchmark::State& st) {
   if (!panel_gemm::supported()) {
-    st.SkipWithError("no AVX-512 F on this CPU");
+    st.SkipWithError("no AVX2 + FMA on this CPU");
     return;
   }
   const int64_t M = st.range(0), K = st.range(1), N = st.range(2);
