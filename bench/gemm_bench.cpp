@@ -1,8 +1,8 @@
 // f32 GEMM timings (Google benchmark; not a test): kiln's oneDNN MatMul kernel at the 1024^3
 // peak shape engine-build measures, and oneDNN against the panel kernel at the ControlTransformer
-// step's linear-layer shapes (274 rows against 384x384, 384x1536 and 1536x384 weights) and the full
-// forward's 1644 rows. "cold" variants read their weights from one of several copies in turn, as a
-// model's layers do. A GFLOP/s counter per benchmark; `engine-perf import` takes its JSON output.
+// step's linear-layer shapes (274 rows against 384x384, 384x1536 and 1536x384 weights), the full
+// forward's 1644 rows and a decoder's single row. "cold" variants read their weights from one of
+// several copies in turn, as a model's layers do. A GFLOP/s counter per benchmark; `engine-perf import` takes its JSON output.
 //
 //   gemm-bench [--benchmark_filter=panel] [--benchmark_repetitions=10 --benchmark_enable_random_interleaving=true]
 //   threads: OMP_NUM_THREADS
@@ -71,7 +71,7 @@ void BM_OnednnMatMul(benchmark::State& st) {
 
 void BM_PanelGemm(benchmark::State& st) {
   if (!panel_gemm::supported()) {
-    st.SkipWithError("no AVX-512 F on this CPU");
+    st.SkipWithError("no AVX2 + FMA on this CPU");
     return;
   }
   const int64_t M = st.range(0), K = st.range(1), N = st.range(2);
@@ -99,7 +99,7 @@ void BM_PanelGemm(benchmark::State& st) {
 
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "cold"});
-  for (int64_t m : {274, 1644})
+  for (int64_t m : {1, 274, 1644})
     for (auto [k, n] : {std::pair<int64_t, int64_t>{384, 384}, {384, 1536}, {1536, 384}})
       for (int64_t cold : {0, 1}) b->Args({m, k, n, cold});
   b->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -14,7 +14,7 @@
 // impl "onednn" computes in float32; impl "onednn_bf16" converts W to bfloat16 once and A per run
 // (f32 accumulation, f32 output), for engines built with precision: bf16.
 //
-// impl "panel" (AVX-512, float32) is kiln's own matmul for the weight-streaming shapes
+// impl "panel" (AVX-512 or AVX2, float32) is kiln's own matmul for the weight-streaming shapes
 // (runtime/kernels/panel_gemm.h), epilogue included. It ranks below "onednn": tactic selection
 // times both at each profile's shapes: at 274 rows against weights read from memory (an
 // incremental step) the panel kernel wins; at 1644 rows oneDNN mostly does.
@@ -283,7 +283,8 @@ void register_fused_matmul_kernels(KernelRegistry& r) {
            KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused(args, attrs, &act));
            return std::unique_ptr<Kernel>(std::make_unique<PanelFusedMatMulKernel>(std::move(ref), act));
          },
-         kCpuAvx512f});
+         // AVX2 + FMA, the engine baseline: panel_gemm::run picks AVX-512 where the loading CPU has it.
+         0});
 }
 
 }  // namespace kiln

@@ -1,17 +1,18 @@
 // Panel GEMM: Y = act(A x W + bias) + residual for A [M, K] float32 row-major and a constant W
-// [K, N], on AVX-512 f32 FMA. It exists for the weight-streaming shapes: a few hundred rows or fewer
-// against weights read from memory on every run (an incremental step's 274 tokens, decoding's one).
+// [K, N], in f32 FMA on AVX-512 or AVX2. It exists for the weight-streaming shapes: a few hundred
+// rows or fewer against weights read from memory on every run (an incremental step's 274 tokens,
+// decoding's one).
 //
 // W is packed once into column panels of kPanelCols: panel p is W's columns [64p, 64p + 64) as a
 // [K, 64] row-major block (zero past N), and the panels follow one another, so each thread reads
 // its share of the weights as one sequential stream. The threads split the panels (and the rows too
 // when the panels do not divide evenly); a thread runs a panel's K in blocks of up to kDepth rows,
-// each block against every 6-row block of A with a 6 x 64 register block (24 accumulators), and
-// while it does, prefetches its next block of W into L2, spread over the row blocks: the block is
-// in cache when the rows reach it (a thread's very first block is kept short, as nothing hides
-// its fetch). oneDNN's matmul reads the same bytes but lets the first row
-// block of each panel wait for them. With the weights in cache the two run alike, and at
-// thousands of rows oneDNN is the faster: tactic selection picks per profile.
+// each block against every 6-row block of A (a 6 x 64 register block of 24 zmm accumulators on
+// AVX-512, four 6 x 16 blocks of 12 ymm on AVX2), and while it does, prefetches its next block of
+// W into L2, spread over the row blocks: the block is in cache when the rows reach it (a thread's
+// very first block is kept short, as nothing hides its fetch). oneDNN's matmul reads the same
+// bytes but lets the first row block of each panel wait for them. With the weights in cache the
+// two run alike, and at thousands of rows oneDNN is the faster: tactic selection picks per profile.
 #pragma once
 
 #include <cstddef>
@@ -40,9 +41,10 @@ struct Args {
   Act act = Act::kNone;
 };
 
-// Whether this CPU runs the kernel (AVX-512 F).
+// Whether this CPU runs the kernel (AVX2 + FMA, kiln's baseline).
 bool supported();
-// Runs on up to `threads` OpenMP threads. Needs supported().
+// Runs on up to `threads` threads of kiln's pool, with AVX-512 where cpu_info() has it (capped by
+// KILN_MAX_CPU_ISA: "avx2" forces the AVX2 blocks), else AVX2. Needs supported().
 void run(const Args& args, int threads);
 
 }  // namespace kiln::panel_gemm

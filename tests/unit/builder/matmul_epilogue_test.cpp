@@ -114,7 +114,7 @@ std::string describe(const Case& c) {
   return c.a.str() + " x [K, " + std::to_string(c.N) + "] bias " + c.bias.str() + (c.residual ? " +residual " : " ") + c.act;
 }
 
-// "panel" needs AVX-512; elsewhere it runs the reference.
+// "panel" needs AVX2 + FMA; elsewhere it runs the reference.
 std::string expected_impl(const std::string& impl) { return impl == "panel" && !panel_gemm::supported() ? "reference" : impl; }
 
 TEST(FusedMatMul, OnednnAndPanelMatchUnfusedReferenceAtAwkwardShapes) {
