@@ -7,11 +7,14 @@
 #include <map>
 
 #include "runtime/plugin_host/plugin_kernel.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
 StatusOr<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared_ptr<const Plan> plan,
                                                                       const KernelRegistry& registry) {
+  // The pool's threads start now, not in the first run that needs them.
+  (void)ThreadPool::global();
   std::unique_ptr<ExecutionContext> ctx(new ExecutionContext(plan));
   const size_t nv = plan->values.size(), ns = plan->steps.size();
   ctx->views_.resize(nv);

@@ -68,6 +68,15 @@ int default_thread_count() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// Touches the first kStackPrefaultBytes of the calling thread's stack, as real-time threads do at
+// start: a kernel whose frames reach deeper than anything before would otherwise take its first
+// page faults in the middle of a steady-state step, on whichever thread ran its chunk.
+constexpr size_t kStackPrefaultBytes = 256 * 1024;
+[[gnu::noinline]] void prefault_stack() {
+  volatile char* p = static_cast<volatile char*>(__builtin_alloca(kStackPrefaultBytes));
+  for (size_t i = 0; i < kStackPrefaultBytes; i += 4096) p[i] = 0;
+}
+
 // Pins the calling thread and/or makes it SCHED_FIFO; the message names what was refused.
 std::string apply_thread_policy(int cpu, bool realtime, int priority) {
   std::string warning;
@@ -97,6 +106,7 @@ struct ThreadPool::Worker {
   std::atomic<uint32_t> joined_epoch{0};   // the last region it looked at
   std::atomic<int64_t> benched_until{0};   // not woken before this time (ns, steady clock)
   int64_t bench_ns = kFirstBenchNs;        // caller-only: the next bench length
+  std::atomic<bool> started{false};        // set once its stack is faulted in and its policy applied
 };
 
 ThreadPool& ThreadPool::global() {
@@ -128,6 +138,9 @@ Status ThreadPool::configure(const ThreadPoolOptions& o) {
     }
   const std::string caller = apply_thread_policy(options_.cpus.empty() ? -1 : options_.cpus[0], options_.realtime, options_.realtime_priority);
   if (configure_warning_.empty()) configure_warning_ = caller;
+  prefault_stack();
+#pragma omp parallel num_threads(team_size_)
+  prefault_stack();
   // oneDNN's primitives run on OpenMP's team (Debian builds it so): its threads get the same
   // pinning and priority, or a bf16 engine's oneDNN matmuls would still wait on an ordinary thread.
   if (!options_.cpus.empty() || options_.realtime) {
@@ -151,6 +164,10 @@ void ThreadPool::start_workers() {
     workers_.push_back(w);
   }
   for (Worker* w : workers_) w->thread = std::thread([this, w] { worker_main(w->slot); });
+  // Wait for each worker's start-up (stack faulted in, pinning and priority applied): a thread
+  // scheduled late would otherwise take those page faults in the middle of somebody's step.
+  for (Worker* w : workers_)
+    while (!w->started.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 void ThreadPool::stop_workers() {
@@ -225,7 +242,9 @@ void ThreadPool::run_chunks(int slot, uint32_t epoch) {
 
 void ThreadPool::worker_main(int slot) {
   Worker* self = workers_[slot - 1];
+  prefault_stack();
   apply_thread_policy(options_.cpus.empty() ? -1 : options_.cpus[slot % options_.cpus.size()], options_.realtime, options_.realtime_priority);
+  self->started.store(true, std::memory_order_release);
   t_in_region = true;  // a kernel's own parallel_for inside a chunk runs inline
   uint32_t seen = self->joined_epoch.load();
   const int64_t spin_ns = int64_t{options_.spin_us} * 1000;
