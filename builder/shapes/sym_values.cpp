@@ -95,7 +95,7 @@ void infer_sym_value(Graph& g, Node& n) {
   if (n.outputs.empty()) return;
   Value& out = g.values[n.outputs[0]];
   const std::string& op = n.op_type;
-  if (op == "Shape" && n.inputs[0] >= 0 && g.values[n.inputs[0]].shape) {
+  if (op == "Shape" && !n.inputs.empty() && n.inputs[0] >= 0 && g.values[n.inputs[0]].shape) {
     Dims s = *g.values[n.inputs[0]].shape;
     int64_t r = static_cast<int64_t>(s.size());
     int64_t start = n.attrs.count("start") ? n.attrs.at("start").i : 0;
