@@ -126,9 +126,10 @@ void reduce_typed(ReduceOp op, const ReducePlan& p, const S* x, S* y) {
     if (reduce_rows_f32(op, p, x, y)) return;
   using C = typename Elem<S>::Compute;
   constexpr bool kFloat = std::is_floating_point_v<C>;
-  // Sums and products accumulate in double (floats) or 64-bit integers; wrap-around on integer
-  // overflow is the accepted behaviour for integer tensors.
-  using Acc = std::conditional_t<kFloat, double, std::conditional_t<std::is_signed_v<C>, int64_t, uint64_t>>;
+  // Sums and products accumulate in double (floats) or unsigned 64-bit integers: integer tensors
+  // wrap around on overflow, as in numpy, and unsigned arithmetic makes that defined (a model's
+  // int64 constants can be anything; the onnx_import fuzz target folded a ReduceSumSquare of them).
+  using Acc = std::conditional_t<kFloat, double, uint64_t>;
   const int64_t count = p.red_count;
   // Per output: its reduced elements (strided reads, a few flops; exp or log for the Log ops).
   const double c = static_cast<double>(count);
@@ -162,13 +163,14 @@ void reduce_typed(ReduceOp op, const ReducePlan& p, const S* x, S* y) {
         case ReduceOp::kSumSquare: {
           Acc a = 0;
           if (op == ReduceOp::kL1)
-            for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v < 0 ? -v : v); });
+            for_each_reduced(p, x, base, [&](C v) { a += v < 0 ? Acc{0} - static_cast<Acc>(v) : static_cast<Acc>(v); });
           else if (op == ReduceOp::kSumSquare)
             for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v) * static_cast<Acc>(v); });
           else
             for_each_reduced(p, x, base, [&](C v) { a += static_cast<Acc>(v); });
           if (op == ReduceOp::kMean) {
             if constexpr (kFloat) a /= static_cast<Acc>(count);  // empty: 0/0 = NaN, as numpy
+            else if constexpr (std::is_signed_v<C>) a = count ? static_cast<Acc>(static_cast<int64_t>(a) / count) : 0;
             else a = count ? a / static_cast<Acc>(count) : 0;
           }
           y[o] = Elem<S>::store(static_cast<C>(a));
