@@ -12,15 +12,13 @@ Status check_output_sizes(const Graph& g, const Node& n) {
     if (!v.shape) continue;
     int64_t bytes = dtype_is_known(v.dtype) ? static_cast<int64_t>(dtype_size(v.dtype)) : 1;
     bool fits = true;
+    for (const Dim& d : *v.shape)
+      if (d.is_known() && (d.value < 0 || __builtin_mul_overflow(bytes, d.value, &bytes))) fits = false;
+    if (fits) continue;
     std::string dims;
-    for (const Dim& d : *v.shape) {
-      dims += (dims.empty() ? "" : ", ") + d.str();
-      if (!d.is_known()) continue;
-      if (d.value < 0 || __builtin_mul_overflow(bytes, d.value, &bytes)) fits = false;
-    }
-    if (!fits)
-      return InvalidArgument(g.describe_node(n) + ": output '" + v.name + "' would have shape [" + dims +
-                             "], more bytes than a tensor can hold");
+    for (const Dim& d : *v.shape) dims += (dims.empty() ? "" : ", ") + d.str();
+    return InvalidArgument(g.describe_node(n) + ": output '" + v.name + "' would have shape [" + dims +
+                           "], more bytes than a tensor can hold");
   }
   return Status::Ok();
 }
