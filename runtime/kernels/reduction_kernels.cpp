@@ -204,7 +204,13 @@ void reduce_typed(ReduceOp op, const ReducePlan& p, const S* x, S* y) {
         }
       }
       if constexpr (kFloat) y[o] = Elem<S>::store(static_cast<C>(r));
-      else y[o] = static_cast<C>(std::isfinite(r) ? r : 0);
+      else {
+        // An integer tensor's L2 / log results saturate: converting an out-of-range double to an
+        // integer is undefined (the onnx_import fuzz target found a uint64 ReduceL2 of 1.8e19).
+        constexpr double lo = static_cast<double>(std::numeric_limits<C>::lowest());
+        constexpr double hi = static_cast<double>(std::numeric_limits<C>::max());
+        y[o] = !std::isfinite(r) ? C{0} : r <= lo ? std::numeric_limits<C>::lowest() : r >= hi ? std::numeric_limits<C>::max() : static_cast<C>(r);
+      }
     }
   });
 }
