@@ -116,10 +116,8 @@ Status constant_folding(Graph& g, PassContext& ctx) {
     int64_t bytes = 0;
     bool fits = true;
     for (const auto& d : descs) {
-      int64_t count = 0, size = 0;
-      fits = fits && d.shape.checked_numel(&count) &&
-             !__builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(d.dtype)), &size) &&
-             !__builtin_add_overflow(bytes, size, &bytes);
+      auto size = checked_nbytes(d.dtype, d.shape, "folded output");
+      fits = fits && size.ok() && !__builtin_add_overflow(bytes, static_cast<int64_t>(*size), &bytes);
     }
     if (!fits || bytes > ctx.max_folded_bytes) continue;
     auto outs = run_kernel_once(**kernel, views, static_cast<int>(n.outputs.size()));
