@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
   add_compare_options(co, cmp);
 
   AbArgs ab;
-  auto* abc = app.add_subcommand("ab", "run two engines interleaved (ABBA rounds, same inputs) and compare them; ab X X is an A/A calibration");
+  auto* abc = app.add_subcommand("ab", "run two engines interleaved (ABBA rounds, same inputs) and compare them, looking again after each batch of --rounds while inconclusive (--alpha is split over those looks); ab X X is an A/A calibration");
   abc->add_option("ENGINE_A", ab.engine_a, "engine file")->required()->check(CLI::ExistingFile);
   abc->add_option("ENGINE_B", ab.engine_b, "engine file")->required()->check(CLI::ExistingFile);
   abc->add_option("--profile", ab.opts.profile, "profile to run")->required();

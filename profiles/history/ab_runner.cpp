@@ -1,6 +1,8 @@
 #include "profiles/history/ab_runner.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include "builder/build_config.h"
@@ -73,6 +75,11 @@ RunRecord make_record(const std::string& engine_path, const Side& s, const Layer
 
 }  // namespace
 
+int ab_looks(int rounds, int max_rounds) {
+  if (rounds < 1) return 1;
+  return 1 + std::max(0, (max_rounds - rounds + rounds - 1) / rounds);
+}
+
 StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine_b, const AbOptions& opts,
                           const std::function<void(const std::string&)>& progress) {
   const double start = unix_time_now();
@@ -102,6 +109,12 @@ StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine
     KILN_RETURN_IF_ERROR(b.ctx->run());
   }
   const int half = std::max(1, opts.iterations / 2);
+  // Looking at the data after every batch of rounds and stopping at the first significant verdict
+  // is a sequential test: at a fixed alpha per look, an A/A run is called changed more often than
+  // alpha. The level is split evenly over the planned looks (Bonferroni), so the whole run keeps it.
+  const int looks = ab_looks(opts.rounds, opts.max_rounds);
+  CompareOptions per_look = opts.compare;
+  per_look.alpha = opts.compare.alpha / looks;
   AbResult res;
   RunRecord ra, rb;
   LayerProfile la, lb;
@@ -115,7 +128,7 @@ StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine
     }
     ra = make_record(engine_a, a, la, opts, opts.label_a, start, before);
     rb = make_record(engine_b, b, lb, opts, opts.label_b, start, before);
-    res.comparison = compare_runs(ra, rb, opts.compare);
+    res.comparison = compare_runs(ra, rb, per_look);
     progress("after " + std::to_string(res.rounds_run) + " ABBA rounds (" + std::to_string(a.samples.size()) + " runs a side): " +
              res.comparison.verdict);
     if (res.comparison.verdict != "inconclusive" || res.rounds_run >= opts.max_rounds) break;
@@ -135,7 +148,12 @@ StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine
   }
   res.a = make_record(engine_a, a, la, opts, opts.label_a, start, before);
   res.b = make_record(engine_b, b, lb, opts, opts.label_b, start, before);
-  res.comparison = compare_runs(res.a, res.b, opts.compare);
+  res.comparison = compare_runs(res.a, res.b, per_look);
+  if (looks > 1) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "alpha %.3g split over %d planned looks: %.3g per look", opts.compare.alpha, looks, per_look.alpha);
+    res.comparison.notes.push_back(buf);
+  }
   return res;
 }
 

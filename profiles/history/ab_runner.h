@@ -33,6 +33,10 @@ struct AbResult {
   int rounds_run = 0;
 };
 
+// How many times run_ab looks at the data: after the first `rounds`, then after each further batch
+// of `rounds` up to `max_rounds`. The significance level is divided among them.
+int ab_looks(int rounds, int max_rounds);
+
 StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine_b, const AbOptions& opts,
                           const std::function<void(const std::string&)>& progress);
 

@@ -227,8 +227,15 @@ def main():
             problems.append(f"verdict {v}")
         if n["a"] != n["b"] or n["a"] not in (8, 16):  # 2 rounds of 4, or 4 rounds after an inconclusive first verdict
             problems.append(f"samples a side {n}")
-        if (v == "inconclusive") != (n["a"] == 16):
-            problems.append(f"verdict {v} after {n['a']} samples: more rounds must follow exactly an inconclusive first verdict")
+        # More rounds follow exactly an inconclusive first verdict; after them any verdict stands (on a
+        # busy CI machine even an A/A run may be called changed, about alpha of the time).
+        extra = "inconclusive: 2 more rounds" in ab.stderr
+        if n["a"] == 8 and v == "inconclusive":
+            problems.append("inconclusive after the first 2 rounds but no more rounds ran")
+        if (n["a"] == 16) != extra:
+            problems.append(f"{n['a']} samples a side, progress {'with' if extra else 'without'} 'more rounds'")
+        if "split over 2 planned looks" not in " ".join(j.get("notes", [])):
+            problems.append(f"no alpha split note: {j.get('notes')}")
         if "ABBA rounds after" not in ab.stderr and "ABBA rounds" not in ab.stderr:
             problems.append("no progress lines")
         if not j["profiles"]["incremental"]["layers"]:

@@ -1,10 +1,12 @@
 // compare_runs: verdicts per metric, the overall verdict, and layer attribution across a fusion
 // (a fused attention on one side, its unfused ops on the other, count as one entry).
 #include "profiles/history/compare.h"
+#include "profiles/history/ab_runner.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -118,6 +120,48 @@ TEST(HistoryCompare, LoadDifferenceIsNamed) {
   const Comparison c = compare_runs(a, b, CompareOptions{});
   ASSERT_EQ(c.notes.size(), 1u);
   EXPECT_NE(c.notes[0].find("load average"), std::string::npos);
+}
+
+TEST(HistoryAb, LooksCountTheFirstVerdictAndEachFurtherBatch) {
+  EXPECT_EQ(ab_looks(6, 18), 3);
+  EXPECT_EQ(ab_looks(2, 4), 2);
+  EXPECT_EQ(ab_looks(4, 4), 1);
+  EXPECT_EQ(ab_looks(4, 5), 2);  // a last, shorter batch is still a look
+  EXPECT_EQ(ab_looks(6, 3), 1);
+}
+
+// engine-perf ab stops at the first significant verdict. On A/A samples (one distribution, no
+// min_effect to hide behind) the whole sequential procedure must call a change at most about alpha
+// of the time once alpha is split over the looks; at the full alpha per look it would not.
+TEST(HistoryAb, SplittingAlphaOverLooksKeepsTheAaFalseAlarmRate) {
+  const int sims = 600, per_look = 8, looks = ab_looks(2, 6);
+  ASSERT_EQ(looks, 3);
+  auto false_alarms = [&](double alpha) {
+    CompareOptions o;
+    o.min_effect = 0;
+    o.alpha = alpha;
+    o.bootstrap_resamples = 100;
+    int alarms = 0;
+    for (int s = 0; s < sims; ++s) {
+      const ProfileRecord a = profile("p", 40, 1000 + 2 * s, per_look * looks), b = profile("p", 40, 1001 + 2 * s, per_look * looks);
+      for (int k = 1; k <= looks; ++k) {
+        RunRecord ra, rb;
+        ra.profiles = {a}, rb.profiles = {b};
+        ra.profiles[0].samples_ms.resize(static_cast<size_t>(per_look * k));
+        rb.profiles[0].samples_ms.resize(static_cast<size_t>(per_look * k));
+        const std::string v = compare_runs(ra, rb, o).verdict;
+        if (v == "improved" || v == "regressed") {
+          ++alarms;
+          break;
+        }
+      }
+    }
+    return static_cast<double>(alarms) / sims;
+  };
+  const double split = false_alarms(0.05 / looks), unsplit = false_alarms(0.05);
+  std::printf("A/A false alarms over %d sequential runs: %.3f split, %.3f unsplit\n", sims, split, unsplit);
+  EXPECT_LE(split, 0.07) << "split alpha";
+  EXPECT_GT(unsplit, split) << "peeking at the full alpha alarms more often";
 }
 
 }  // namespace
