@@ -207,6 +207,8 @@ Status load_engine_image(std::shared_ptr<const void> image, size_t size, const s
         if (!valid_value(v, false)) return fail(name, where + ": step '" + s.name() + "' writes value " + std::to_string(v) + " of " + std::to_string(nv));
         step.outputs.push_back(v);
       }
+      // Every op writes at least one output, and kernels (built-in and plugin) write out[0] unasked.
+      if (step.outputs.empty()) return fail(name, where + ": step '" + s.name() + "' has no outputs");
       step.replaced_nodes.assign(s.replaced_nodes().begin(), s.replaced_nodes().end());
       if (!is_kernel_domain(step.domain)) {
         auto version = plugin_version_from_impl(step);

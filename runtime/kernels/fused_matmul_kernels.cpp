@@ -95,8 +95,10 @@ class FusedMatMulReference final : public Kernel {
     const bool has_res = in.size() > 3 && in[3].present();
     const int64_t N = in[1].shape[1];
     const float* bias = in.size() > 2 && in[2].present() ? in[2].as<float>() : nullptr;
-    // The strides below assume the shapes prepare() saw; a plan whose steps disagree (a crafted
-    // engine, found by the engine_load fuzz target) must fail here, not index out of bounds.
+    // The strides below assume the shapes prepare() saw. The engine_load fuzz target once got here
+    // with a step without outputs (out[0] was another step's stale view); the loader and the
+    // registry now refuse such steps, and this check keeps any other mismatch from indexing out
+    // of bounds.
     if (mm_shape_.rank() > ys.rank() || (has_res && in[3].shape.rank() > ys.rank()))
       return Internal("the product " + mm_shape_.str() + " or residual does not broadcast to the output " + ys.str());
     const Shape strides[2] = {broadcast_strides(mm_shape_, ys), has_res ? broadcast_strides(in[3].shape, ys) : Shape()};

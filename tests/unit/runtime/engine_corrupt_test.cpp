@@ -295,6 +295,8 @@ TEST(EngineCorrupt, SemanticallyBrokenMetadataFails) {
       {"step input below -1", [](engine::EngineMeta& m) { m.mutable_profiles(1)->mutable_steps(0)->set_inputs(0, -2); }, "reads value -2"},
       {"step output out of range", [](engine::EngineMeta& m) { m.mutable_profiles(0)->mutable_steps(0)->set_outputs(0, 123456); }, "writes value 123456"},
       {"step output absent", [](engine::EngineMeta& m) { m.mutable_profiles(0)->mutable_steps(0)->set_outputs(0, -1); }, "writes value -1"},
+      // Found by the engine_load fuzz target: a kernel wrote out[0] of an empty output list.
+      {"step without outputs", [](engine::EngineMeta& m) { m.mutable_profiles(0)->mutable_steps(0)->clear_outputs(); }, "has no outputs"},
       {"profile input out of range", [](engine::EngineMeta& m) { m.mutable_profiles(1)->set_inputs(0, 777); }, "input index 777"},
       {"profile output out of range", [](engine::EngineMeta& m) { m.mutable_profiles(1)->set_outputs(0, -5); }, "output index -5"},
       {"output never produced",
