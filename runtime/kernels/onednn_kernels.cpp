@@ -6,6 +6,7 @@
 #include "runtime/kernels/families.h"
 #include "runtime/cpu_features.h"
 #include "runtime/engine_format.h"
+#include "runtime/openmp_team.h"
 #include "runtime/kernels/onednn_common.h"
 #include "runtime/kernels/packed_weights.h"
 #include "runtime/thread_scratch.h"
@@ -60,6 +61,7 @@ Status OnednnExec::execute(const dnnl::stream& s) const {
     if (!scratch) return ResourceExhausted("cannot allocate a " + std::to_string(scratch_bytes_) + "-byte oneDNN scratchpad");
     mems_[scratch_slot_].set_data_handle(scratch);
   }
+  const OpenmpRegionScope team;  // one thread while another process holds the second core
   dnnl_status_t st = dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(args_.size()), args_.data());
   if (st == dnnl_success) st = dnnl_stream_wait(s.get());
   if (st != dnnl_success) return Internal("oneDNN primitive execution failed with status " + std::to_string(st));

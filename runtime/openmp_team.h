@@ -1,0 +1,43 @@
+// How many threads the next OpenMP region (a oneDNN primitive) gets.
+//
+// oneDNN (Debian's build) runs its primitives on OpenMP, whose regions split the work statically
+// and end in a barrier: every thread of the team must be running for a region to finish. When
+// another process holds the second core, each region waits for the sleeping OpenMP worker to be
+// scheduled there, and the scheduler takes its time: on a 2-core EPYC with two compiler jobs
+// beside it, mnasnet0_5 ran p50 114 ms with 2 OpenMP threads and 7 ms with 1. kiln's own pool hands
+// a late thread's chunks to the others (runtime/thread_pool.h); OpenMP cannot, so kiln asks before
+// each primitive instead: every few milliseconds an empty region measures how long the team's
+// workers take to join, and while that is longer than a region can afford, primitives run on the
+// calling thread alone (backing off from 1 to 64 ms between probes, as the pool benches a late
+// worker). On an idle machine the probe costs one short region per interval.
+//
+// KILN_OPENMP_TEAM=fixed keeps OpenMP's own team size (for A/B measurements in one binary).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+// The scope of one OpenMP region (a oneDNN primitive's execution): while the team is late, the
+// calling thread's OpenMP team is 1 inside it. Outside, the team keeps its default size, so
+// primitives are always created for the full team: a primitive may run on fewer threads than it
+// was created for (oneDNN sizes per-thread scratch at creation), never on more.
+class OpenmpRegionScope {
+ public:
+  OpenmpRegionScope();
+  ~OpenmpRegionScope();
+  OpenmpRegionScope(const OpenmpRegionScope&) = delete;
+  OpenmpRegionScope& operator=(const OpenmpRegionScope&) = delete;
+
+ private:
+  int restore_ = 0;  // the team size to put back, 0 when unchanged
+};
+
+struct OpenmpTeamStats {
+  uint64_t probes = 0;        // empty regions run to time the workers
+  uint64_t late_probes = 0;   // probes whose workers joined too late (the team then shrank)
+  uint64_t solo_regions = 0;  // regions sized to 1 thread because the team was late
+};
+OpenmpTeamStats openmp_team_stats();
+
+}  // namespace kiln
