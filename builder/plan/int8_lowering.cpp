@@ -78,6 +78,17 @@ void set_bf16(PlanStep& step, const PlanStep& fp32) {
   step.impl = "onednn_bf16";
 }
 
+bool unsigned_input(const Plan& plan, const std::map<int, const PlanStep*>& producer, const PlanStep& step) {
+  return step.op_type == "FusedConv" && !step.inputs.empty() && non_negative(plan, producer, step.inputs[0]);
+}
+
+std::map<int, const PlanStep*> producers(const Plan& plan) {
+  std::map<int, const PlanStep*> p;
+  for (const auto& step : plan.steps)
+    for (int v : step.outputs) p[v] = &step;
+  return p;
+}
+
 }  // namespace
 
 std::string explicit_int8_impl(const PlanStep& step) {
@@ -126,9 +137,7 @@ std::map<std::string, std::string> apply_precision_overrides(Plan& plan, const P
 Int8Lowering lower_to_int8(Plan& plan, const Plan& fp32_plan, const std::map<std::string, float>& a_scales,
                            const std::vector<PrecisionOverride>& overrides, bool bf16) {
   Int8Lowering r;
-  std::map<int, const PlanStep*> producer;  // of the fp32 plan, whose steps keep their activations
-  for (const auto& step : fp32_plan.steps)
-    for (int v : step.outputs) producer[v] = &step;
+  const auto producer = producers(fp32_plan);  // the fp32 plan's steps compute the same activations
   for (auto& step : plan.steps) {
     if (!is_candidate(plan, step)) continue;
     auto it = a_scales.find(step.name);
@@ -138,7 +147,7 @@ Int8Lowering lower_to_int8(Plan& plan, const Plan& fp32_plan, const std::map<std
     }
     step.impl = "onednn_int8";
     step.attrs["a_scale"] = Attribute::Float(it->second);
-    if (step.op_type == "FusedConv" && non_negative(fp32_plan, producer, step.inputs[0])) step.attrs["a_unsigned"] = Attribute::Int(1);
+    if (unsigned_input(fp32_plan, producer, step)) step.attrs["a_unsigned"] = Attribute::Int(1);
   }
   r.overridden = apply_precision_overrides(plan, fp32_plan, overrides, bf16);
   for (const auto& step : plan.steps) r.quantized += step.impl == "onednn_int8";

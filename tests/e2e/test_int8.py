@@ -20,7 +20,8 @@ one outlier feature (x100), so per-tensor int8 loses that layer's small features
   8. a small residual conv net (3-channel stem, 3x3 convs with a residual, a depthwise conv, a 1x1
      stride-2 conv, pool, MatMul) built in int8: its five quantizable convolutions and the MatMul run on
      onednn_int8 (the depthwise conv, a 9-long reduction, stays fp32), the report's error against
-     fp32 is small, and a rebuild from the calibration cache is byte-identical.
+     fp32 is small, a rebuild from the calibration cache is byte-identical, and a cache lacking
+     one of the int8 steps recalibrates.
 
   test_int8.py --engine-build PATH --engine-run PATH --workdir DIR
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
@@ -168,6 +169,15 @@ tactics: {{select: true, timing_cache: convnet.timing_cache}}
             problems.append(f"the rebuild did not use the cache: {r2.stderr.strip()[-400:]}")
         elif (work / "conv1.engine").read_bytes() != (work / "conv2.engine").read_bytes():
             problems.append("engine bytes differ after the rebuild from the cache")
+        # A cache without one of the plan's int8 steps (written before convolutions were quantized)
+        # is stale: the build recalibrates and, from the same data, writes the same engine.
+        calib = work / "convnet.calib"
+        calib.write_text("".join(l for l in calib.read_text().splitlines(keepends=True) if not l.rstrip().endswith("\tconv2")))
+        r3 = build(a.engine_build, cfg("conv3"))
+        if r3.returncode != 0 or "recalibrating" not in r3.stderr or "wrote 6 scales" not in r3.stderr:
+            problems.append(f"a cache lacking conv2 did not recalibrate: {r3.stderr.strip()[-400:]}")
+        elif (work / "conv1.engine").read_bytes() != (work / "conv3.engine").read_bytes():
+            problems.append("engine bytes differ after recalibrating a stale cache")
         print(f"     conv net int8 error {err:.4g}")
     res.record("int8 conv net: convolutions on onednn_int8, cache rebuild byte-identical", problems)
 
