@@ -21,7 +21,7 @@ one outlier feature (x100), so per-tensor int8 loses that layer's small features
      stride-2 conv, pool, MatMul) built in int8: its five quantizable convolutions and the MatMul run on
      onednn_int8 (the depthwise conv, a 9-long reduction, stays fp32), the report's error against
      fp32 is small, a rebuild from the calibration cache is byte-identical, and a cache lacking
-     one of the int8 steps recalibrates.
+     one of the int8 steps recalibrates; --sensitivity ranks its six int8 steps.
 
   test_int8.py --engine-build PATH --engine-run PATH --workdir DIR
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
@@ -178,6 +178,13 @@ tactics: {{select: true, timing_cache: convnet.timing_cache}}
             problems.append(f"a cache lacking conv2 did not recalibrate: {r3.stderr.strip()[-400:]}")
         elif (work / "conv1.engine").read_bytes() != (work / "conv3.engine").read_bytes():
             problems.append("engine bytes differ after recalibrating a stale cache")
+        # --sensitivity ranks the convolutions with the MatMul.
+        r4 = build(a.engine_build, work / "conv1.yaml", "--sensitivity")
+        sens_path = work / "conv1.engine.sensitivity.json"
+        if r4.returncode != 0 or not sens_path.exists():
+            problems.append(f"--sensitivity on the conv net: {r4.stderr.strip()[-400:]}")
+        elif sorted(l["step"] for l in json.loads(sens_path.read_text())["layers"]) != sorted(["stem", "conv1", "conv2", "down", "dilated", "fc"]):
+            problems.append(f"sensitivity ranks {[l['step'] for l in json.loads(sens_path.read_text())['layers']]}")
         print(f"     conv net int8 error {err:.4g}")
     res.record("int8 conv net: convolutions on onednn_int8, cache rebuild byte-identical", problems)
 
