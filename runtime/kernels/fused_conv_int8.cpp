@@ -109,7 +109,7 @@ class OnednnInt8FusedConv final : public OnednnKernel {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);
-    // Scales are set after the primitive says whether it halves the weights; the mask is fixed.
+    // The scales as if oneDNN kept the weights as given; corrected below where it halves them.
     std::vector<float> out_scale(static_cast<size_t>(M));
     for (int64_t m = 0; m < M; ++m) out_scale[m] = x_step * w_scale[m];
     attr.set_output_scales(1 << 1, out_scale);
@@ -124,6 +124,8 @@ class OnednnInt8FusedConv final : public OnednnKernel {
     if (wei_md.data.extra.flags & dnnl_memory_extra_flag_scale_adjust) adjust = wei_md.data.extra.scale_adjust;
     const float wmul = 1.0f / adjust;
     if (adjust != 1.0f) {
+      // Halving 8-bit q(W) would lose a bit: such a CPU (none known: oneDNN halves only without
+      // VNNI, where the levels are 7-bit) runs the reference instead of a different quantization.
       if (wmul != std::nearbyint(wmul) || levels * wmul > 127.0f) return false;
       for (int64_t m = 0; m < M; ++m) out_scale[m] *= adjust;
       attr.set_output_scales(1 << 1, out_scale);
