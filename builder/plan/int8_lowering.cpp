@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <set>
+
 #include "builder/plan/plan_passes.h"
 #include "runtime/kernel.h"
 
@@ -10,16 +12,48 @@ namespace kiln {
 namespace {
 
 // A reduction this short gains nothing from int8 (the ControlTransformer's speed and pedal inputs
-// are matmuls over K = 1), and such inputs are raw features whose few values calibrate poorly.
+// are matmuls over K = 1), and such inputs are raw features whose few values calibrate poorly. For
+// a convolution the reduction is C/group x kernel size: resnet's first conv (3 x 7 x 7 = 147) is
+// quantized, a 3x3 depthwise one (9: memory-bound, nothing to gain) is not.
 constexpr int64_t kMinInt8Reduction = 16;
 
 bool is_candidate(const Plan& plan, const PlanStep& step) {
-  if (step.domain != kKilnDomain || step.op_type != "FusedMatMul" || step.inputs.size() < 2 || step.inputs[1] < 0) return false;
+  if (step.domain != kKilnDomain || step.inputs.size() < 2 || step.inputs[1] < 0) return false;
+  const bool matmul = step.op_type == "FusedMatMul", conv = step.op_type == "FusedConv";
+  if (!matmul && !conv) return false;
   if (step.attrs.count("a_scale")) return false;  // quantized by the model itself (QDQ)
   const PlanValue& w = plan.values[step.inputs[1]];
   if (w.constant < 0) return false;
   const Tensor& t = plan.constants[w.constant];
-  return t.dtype() == DType::kFloat32 && t.shape().rank() == 2 && t.shape()[0] >= kMinInt8Reduction;
+  if (t.dtype() != DType::kFloat32) return false;
+  if (matmul) return t.shape().rank() == 2 && t.shape()[0] >= kMinInt8Reduction;
+  // FusedConv's W is [M, C/group, k...]; the int8 kernel runs 1-D and 2-D convolutions.
+  return (t.shape().rank() == 3 || t.shape().rank() == 4) && t.shape()[0] > 0 && t.shape().numel() / t.shape()[0] >= kMinInt8Reduction;
+}
+
+// Whether value `v` cannot be negative: a ReLU's (or sigmoid's, or a clip's at >= 0) output, also
+// as a fused epilogue, or that seen through pools and reshapes (resnet's MaxPool after its first
+// conv). Such an input quantizes to u8 over 255 levels instead of s8 over 127.
+bool non_negative(const Plan& plan, const std::map<int, const PlanStep*>& producer, int v, int depth = 0) {
+  auto it = producer.find(v);
+  if (it == producer.end() || depth > 8) return false;
+  const PlanStep& p = *it->second;
+  auto attr = [&](const char* name) -> const Attribute* {
+    auto a = p.attrs.find(name);
+    return a == p.attrs.end() ? nullptr : &a->second;
+  };
+  if (p.domain == kKilnDomain && (p.op_type == "FusedConv" || p.op_type == "FusedMatMul")) {
+    const Attribute* act = attr("activation");
+    if (!act || act->kind != Attribute::Kind::kString) return false;
+    if (act->s == "relu" || act->s == "sigmoid") return true;
+    const Attribute* alpha = attr("activation_alpha");
+    return act->s == "clip" && alpha && alpha->kind == Attribute::Kind::kFloat && alpha->f >= 0;
+  }
+  if (!p.domain.empty() || p.inputs.empty()) return false;
+  if (p.op_type == "Relu" || p.op_type == "Sigmoid") return true;
+  static const std::set<std::string> kKeepSign = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                                                   "Reshape", "Flatten",     "Transpose",         "Identity"};
+  return kKeepSign.count(p.op_type) && p.inputs[0] >= 0 && non_negative(plan, producer, p.inputs[0], depth + 1);
 }
 
 std::string precision_field(const PlanStep& step) {
@@ -42,6 +76,17 @@ void set_bf16(PlanStep& step, const PlanStep& fp32) {
     return;
   }
   step.impl = "onednn_bf16";
+}
+
+bool unsigned_input(const Plan& plan, const std::map<int, const PlanStep*>& producer, const PlanStep& step) {
+  return step.op_type == "FusedConv" && !step.inputs.empty() && non_negative(plan, producer, step.inputs[0]);
+}
+
+std::map<int, const PlanStep*> producers(const Plan& plan) {
+  std::map<int, const PlanStep*> p;
+  for (const auto& step : plan.steps)
+    for (int v : step.outputs) p[v] = &step;
+  return p;
 }
 
 }  // namespace
@@ -92,6 +137,7 @@ std::map<std::string, std::string> apply_precision_overrides(Plan& plan, const P
 Int8Lowering lower_to_int8(Plan& plan, const Plan& fp32_plan, const std::map<std::string, float>& a_scales,
                            const std::vector<PrecisionOverride>& overrides, bool bf16) {
   Int8Lowering r;
+  const auto producer = producers(fp32_plan);  // the fp32 plan's steps compute the same activations
   for (auto& step : plan.steps) {
     if (!is_candidate(plan, step)) continue;
     auto it = a_scales.find(step.name);
@@ -101,6 +147,7 @@ Int8Lowering lower_to_int8(Plan& plan, const Plan& fp32_plan, const std::map<std
     }
     step.impl = "onednn_int8";
     step.attrs["a_scale"] = Attribute::Float(it->second);
+    if (unsigned_input(fp32_plan, producer, step)) step.attrs["a_unsigned"] = Attribute::Int(1);
   }
   r.overridden = apply_precision_overrides(plan, fp32_plan, overrides, bf16);
   for (const auto& step : plan.steps) r.quantized += step.impl == "onednn_int8";
@@ -122,6 +169,7 @@ Status int8_lowering(Plan& plan, PlanPassContext& ctx) {
                       (r.overridden.empty() ? "" : ", " + std::to_string(r.overridden.size()) + " pinned by precision_overrides") +
                       (ctx.bf16 ? "; the other steps with a bf16 kernel run bf16" : "; the other steps run fp32 (no AVX512_BF16 here)"));
     ctx.fp32_ops.erase("FusedMatMul");
+    ctx.fp32_ops.erase("FusedConv");
   } else {
     const auto pinned = apply_precision_overrides(plan, *ctx.fp32_plan, overrides, ctx.bf16);
     if (!pinned.empty()) ctx.log.push_back("precision_overrides: " + std::to_string(pinned.size()) + " steps pinned");

@@ -1,6 +1,7 @@
 // precision: int8, as one plan-level rewrite (an entry of the plan-pass list): every FusedMatMul
-// with constant weights whose input has a calibrated activation scale runs on the int8 kernel
-// (impl "onednn_int8", attribute a_scale; runtime/kernels/fused_matmul_int8.cpp). The steps it
+// and FusedConv with constant weights whose input has a calibrated activation scale runs on the
+// int8 kernel (impl "onednn_int8", attribute a_scale; runtime/kernels/fused_matmul_int8.cpp,
+// fused_conv_int8.cpp). The steps it
 // leaves in floating point keep what the plan had when it was called (the caller lowers the rest to
 // bf16 first where the CPU has it: attention, normalisation-adjacent matmuls without weights).
 // precision_overrides then pin steps, by glob on the step's name or on an ONNX node it replaced, to
@@ -17,7 +18,9 @@
 namespace kiln {
 
 // Steps int8 lowering can quantize (names, plan order): FusedMatMul with a constant 2-D f32 weight
-// of at least 16 rows (shorter reductions stay in floating point: nothing to gain).
+// of at least 16 rows, FusedConv (1-D or 2-D) with a constant f32 weight whose reduction
+// (C/group x kernel size) is at least 16 (shorter reductions stay in floating point: nothing to
+// gain). A FusedConv whose input cannot be negative (after a ReLU) also gets a_unsigned = 1.
 // Calibration measures the activation (input 0) of each.
 std::vector<std::string> int8_candidate_steps(const Plan& plan);
 

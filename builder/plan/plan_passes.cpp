@@ -16,7 +16,7 @@ const std::vector<PlanPass>& plan_pass_pipeline() {
        "against; after plugin_configuration so that reference is configured too",
        bf16_lowering},
       {"int8_lowering",
-       "with precision int8, run every FusedMatMul whose activation has a calibrated scale on the int8 kernel, then pin "
+       "with precision int8, run every FusedMatMul and FusedConv whose activation has a calibrated scale on the int8 kernel, then pin "
        "the steps precision_overrides name to fp32 or bf16 (configuring plugins again); after bf16_lowering, so the "
        "steps int8 leaves keep bf16 where the CPU has it",
        int8_lowering},

@@ -272,7 +272,11 @@ StatusOr<CalibrationResult> calibrate(const Plan& fp32_plan, const std::string& 
   if (!c.cache.empty()) {
     KILN_ASSIGN_OR_RETURN(key, calibration_cache_key(fp32_plan, cfg, profile, shapes));
     KILN_ASSIGN_OR_RETURN(auto cached, read_cache(c.cache, key));
-    if (cached) {
+    // A cache missing a candidate (written before that op type was quantized) is stale.
+    const auto candidates = int8_candidate_steps(fp32_plan);
+    const bool complete = cached && std::all_of(candidates.begin(), candidates.end(), [&](const std::string& n) { return cached->count(n) > 0; });
+    if (cached && !complete) progress("calibration: cache " + c.cache + " lacks some of this plan's int8 steps; recalibrating");
+    if (complete) {
       progress("calibration: " + std::to_string(cached->size()) + " scales from cache " + c.cache + " (skipping calibration)");
       result.a_scale = std::move(*cached);
       result.from_cache = true;

@@ -106,6 +106,7 @@ void register_onednn_matmul_kernels(KernelRegistry& r);
 void register_onednn_conv_kernels(KernelRegistry& r);
 void register_fused_matmul_kernels(KernelRegistry& r);
 void register_fused_matmul_int8_kernels(KernelRegistry& r);
+void register_fused_conv_int8_kernels(KernelRegistry& r);
 
 // FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.
 StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs);

@@ -131,6 +131,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   register_onednn_conv_kernels(r);
   register_fused_matmul_kernels(r);
   register_fused_matmul_int8_kernels(r);
+  register_fused_conv_int8_kernels(r);
 }
 
 }  // namespace kiln

@@ -16,7 +16,12 @@ one outlier feature (x100), so per-tensor int8 loses that layer's small features
      engine;
   7. a QDQ model (QuantizeLinear/DequantizeLinear around activations, int8 weights per channel)
      builds without calibration, runs its matmuls on onednn_int8, and matches the model's own
-     semantics (numpy) and the same model with qdq_matmul_fusion off (reference QDQ kernels).
+     semantics (numpy) and the same model with qdq_matmul_fusion off (reference QDQ kernels);
+  8. a small residual conv net (3-channel stem, 3x3 convs with a residual, a depthwise conv, a 1x1
+     stride-2 conv, pool, MatMul) built in int8: its five quantizable convolutions and the MatMul run on
+     onednn_int8 (the depthwise conv, a 9-long reduction, stays fp32), the report's error against
+     fp32 is small, a rebuild from the calibration cache is byte-identical, and a cache lacking
+     one of the int8 steps recalibrates; --sensitivity ranks its six int8 steps.
 
   test_int8.py --engine-build PATH --engine-run PATH --workdir DIR
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
@@ -92,6 +97,96 @@ def make_qdq_model(path):
         hd = (np.clip(np.rint(h / sh) + 128, 0, 255) - 128).astype(np.float32) * sh
         return hd @ (w2q.astype(np.float32) * s2[:, None]).T
     return reference
+
+
+def make_conv_model(path):
+    """x[n,3,16,16] -> conv3x3(3->16)+relu -> conv3x3(16->16)+relu -> conv3x3(16->16) + residual, relu
+    -> depthwise 3x3 -> conv1x1 stride 2 (16->24)+relu -> conv3x3 dilation 2 (24->24, group 2)
+    -> GlobalAveragePool -> Flatten -> MatMul(24->10) + bias."""
+    rng = np.random.default_rng(7)
+    def w(*shape):
+        fan_in = np.prod(shape[1:])
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+    inits = {"w0": w(16, 3, 3, 3), "b0": np.full(16, 0.05, np.float32), "w1": w(16, 16, 3, 3), "w2": w(16, 16, 3, 3),
+             "b2": (rng.standard_normal(16) * 0.1).astype(np.float32), "wd": w(16, 1, 3, 3), "w3": w(24, 16, 1, 1),
+             "w4": w(24, 12, 3, 3), "wf": (rng.standard_normal((24, 10)) * 0.3).astype(np.float32),
+             "bf": np.zeros(10, np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"], name="stem_relu"),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r0"], ["s2"], name="residual"),
+        helper.make_node("Relu", ["s2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "wd"], ["cd"], name="depthwise", pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Conv", ["cd", "w3"], ["c3"], name="down", strides=[2, 2]),
+        helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
+        helper.make_node("Conv", ["r3", "w4"], ["c4"], name="dilated", pads=[2, 2, 2, 2], dilations=[2, 2], group=2),
+        helper.make_node("GlobalAveragePool", ["c4"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "wf"], ["m"], name="fc"),
+        helper.make_node("Add", ["m", "bf"], ["y"], name="fc_bias"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 10])
+    graph = helper.make_graph(nodes, "convnet", [x], [y], [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def conv_net(a, work, res):
+    make_conv_model(str(work / "convnet.onnx"))
+    def cfg(name):
+        text = f"""model: convnet.onnx
+output: {name}.engine
+precision: int8
+calibration: {{method: minmax, batches: 4, holdout: 2, tolerance: 0.1, cache: convnet.calib}}
+profiles:
+  p:
+    dims: {{n: {{min: 1, opt: 2, max: 4}}}}
+inputs:
+  x: {{generator: uniform, low: -1, high: 1}}
+tactics: {{select: true, timing_cache: convnet.timing_cache}}
+"""
+        (work / f"{name}.yaml").write_text(text)
+        return work / f"{name}.yaml"
+    r = build(a.engine_build, cfg("conv1"))
+    problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr.strip()[-600:]}"]
+    if not problems:
+        if "wrote 6 scales" not in r.stderr:
+            problems.append("calibration did not measure the 5 convolutions and the MatMul: " + r.stderr.strip()[-600:])
+        err, section = int8_error(work / "conv1.engine.report.json")
+        if not section["within_tolerance"] or not 0 < err < 0.05:
+            problems.append(f"int8 error {err}: {section}")
+        i = subprocess.run([a.engine_run, "--inspect", str(work / "conv1.engine")], capture_output=True, text=True, timeout=120)
+        int8_lines = [l for l in i.stdout.splitlines() if "onednn_int8" in l]
+        if len(int8_lines) != 6 or sum("FusedConv" in l for l in int8_lines) != 5:
+            problems.append(f"inspect shows {len(int8_lines)} int8 kernels, want 5 FusedConv and 1 FusedMatMul: {int8_lines}")
+        if any("depthwise" in l for l in int8_lines):
+            problems.append("the depthwise conv (a 9-long reduction) was quantized")
+        r2 = build(a.engine_build, cfg("conv2"))
+        if r2.returncode != 0 or "from cache" not in r2.stderr:
+            problems.append(f"the rebuild did not use the cache: {r2.stderr.strip()[-400:]}")
+        elif (work / "conv1.engine").read_bytes() != (work / "conv2.engine").read_bytes():
+            problems.append("engine bytes differ after the rebuild from the cache")
+        # A cache without one of the plan's int8 steps (written before convolutions were quantized)
+        # is stale: the build recalibrates and, from the same data, writes the same engine.
+        calib = work / "convnet.calib"
+        calib.write_text("".join(l for l in calib.read_text().splitlines(keepends=True) if not l.rstrip().endswith("\tconv2")))
+        r3 = build(a.engine_build, cfg("conv3"))
+        if r3.returncode != 0 or "recalibrating" not in r3.stderr or "wrote 6 scales" not in r3.stderr:
+            problems.append(f"a cache lacking conv2 did not recalibrate: {r3.stderr.strip()[-400:]}")
+        elif (work / "conv1.engine").read_bytes() != (work / "conv3.engine").read_bytes():
+            problems.append("engine bytes differ after recalibrating a stale cache")
+        # --sensitivity ranks the convolutions with the MatMul.
+        r4 = build(a.engine_build, work / "conv1.yaml", "--sensitivity")
+        sens_path = work / "conv1.engine.sensitivity.json"
+        if r4.returncode != 0 or not sens_path.exists():
+            problems.append(f"--sensitivity on the conv net: {r4.stderr.strip()[-400:]}")
+        elif sorted(l["step"] for l in json.loads(sens_path.read_text())["layers"]) != sorted(["stem", "conv1", "conv2", "down", "dilated", "fc"]):
+            problems.append(f"sensitivity ranks {[l['step'] for l in json.loads(sens_path.read_text())['layers']]}")
+        print(f"     conv net int8 error {err:.4g}")
+    res.record("int8 conv net: convolutions on onednn_int8, cache rebuild byte-identical", problems)
 
 
 def config(work, name, tolerance=0.5, overrides="", calibration="batches: 3, cache: mlp.calib"):
@@ -296,6 +391,8 @@ def main():
     elif i.stdout.count("onednn_int8") != 2:
         problems.append(f"inspect shows {i.stdout.count('onednn_int8')} int8 kernels, want 2")
     res.record("QDQ model on the int8 kernels", problems)
+
+    conv_net(a, work, res)
 
     print(f"{res.passed} passed, {len(res.failed)} failed")
     return 1 if res.failed else 0

@@ -66,6 +66,57 @@ TEST(Int8Lowering, QuantizesConstantWeightMatMulsWithAScale) {
   EXPECT_EQ(q.steps[0].impl, "");
 }
 
+// x -> FusedConv "stem" (W 8x3x7x7: reduction 147) relu -> MaxPool -> FusedConv "dw" (depthwise
+// W 8x1x3x3: reduction 9) -> FusedConv "pw" (W 16x8x1x1: reduction 8) -> FusedConv "c3" (W 16x16x3x3)
+// from "pw"'s output (no activation) -> FusedConv "c4" (W 16x16x3x3) from "c3"'s (clip at 0..6).
+TEST(Int8Lowering, QuantizesConvsWithLongReductionsAndMarksNonNegativeInputs) {
+  Plan p;
+  auto value = [&](const std::string& name, int constant = -1) {
+    PlanValue v;
+    v.name = name;
+    v.dtype = DType::kFloat32;
+    v.constant = constant;
+    p.values.push_back(v);
+    return static_cast<int>(p.values.size()) - 1;
+  };
+  for (Shape s : {Shape{8, 3, 7, 7}, Shape{8, 1, 3, 3}, Shape{16, 8, 1, 1}, Shape{16, 16, 3, 3}, Shape{16, 16, 3, 3}})
+    p.constants.push_back(Tensor::zeros(DType::kFloat32, s));
+  const int x = value("x"), y0 = value("y0"), pool = value("pool"), y1 = value("y1"), y2 = value("y2"), y3 = value("y3"), y4 = value("y4");
+  auto step = [&](const std::string& name, const std::string& op, std::vector<int> in, int out, const std::string& act) {
+    PlanStep s;
+    s.name = name;
+    s.op_type = op;
+    s.domain = op == "MaxPool" ? "" : std::string(kKilnDomain);
+    s.inputs = std::move(in);
+    s.outputs = {out};
+    if (!act.empty()) s.attrs["activation"] = Attribute::String(act);
+    p.steps.push_back(s);
+  };
+  step("stem", "FusedConv", {x, value("w0", 0)}, y0, "relu");
+  step("pool", "MaxPool", {y0}, pool, "");
+  step("dw", "FusedConv", {pool, value("w1", 1)}, y1, "");
+  step("pw", "FusedConv", {y1, value("w2", 2)}, y2, "");
+  step("c3", "FusedConv", {y2, value("w3", 3)}, y3, "clip");
+  p.steps.back().attrs["activation_alpha"] = Attribute::Float(0.0f);
+  step("c4", "FusedConv", {y3, value("w4", 4)}, y4, "");
+  const Plan fp32 = p;
+  EXPECT_EQ(int8_candidate_steps(fp32), (std::vector<std::string>{"stem", "c3", "c4"}));
+  const Int8Lowering r = lower_to_int8(p, fp32, {{"stem", 0.1f}, {"c3", 0.2f}, {"c4", 0.3f}}, {}, false);
+  EXPECT_EQ(r.quantized, 3);
+  EXPECT_EQ(p.steps[0].impl, "onednn_int8");
+  EXPECT_EQ(p.steps[0].attrs.count("a_unsigned"), 0u);  // the graph input may be negative
+  EXPECT_EQ(p.steps[2].impl, "");
+  EXPECT_EQ(p.steps[3].impl, "");
+  EXPECT_EQ(p.steps[4].attrs.count("a_unsigned"), 0u);  // after a conv without activation
+  EXPECT_EQ(p.steps[5].attrs.at("a_unsigned").i, 1);   // after clip(0, ...)
+  // An override restores the fp32 step, a_unsigned included.
+  Plan q = fp32;
+  lower_to_int8(q, fp32, {{"stem", 0.1f}, {"c3", 0.2f}, {"c4", 0.3f}}, {{"c4", "fp32"}}, false);
+  EXPECT_EQ(q.steps[5].impl, "");
+  EXPECT_EQ(q.steps[5].attrs.count("a_unsigned"), 0u);
+  EXPECT_EQ(q.steps[5].attrs.count("a_scale"), 0u);
+}
+
 TEST(Int8Lowering, OverridesMatchStepOrReplacedNodeNames) {
   Plan fp32 = make_plan();
   Plan p = fp32;
