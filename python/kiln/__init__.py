@@ -9,6 +9,16 @@ Errors raise kiln.Error with kiln's one-line message (e.code names the kind).
 """
 import atexit as _atexit
 import json as _json
+import os as _os
+
+# oneDNN runs on libgomp, which reads its wait policy once, when it is loaded. Its default lets idle
+# threads spin for ~300k iterations after every region: on a machine shared with other work the
+# spinning thread takes the core its partner needs. The command-line tools wait passively after a
+# short spin (tools/omp_wait_policy.h, docs/execution.md); so does the Python package, unless the
+# user chose a policy or libgomp was loaded before kiln (by torch, say), when this changes nothing.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    _os.environ["GOMP_SPINCOUNT"] = "10000"
 
 from ._kiln import (  # noqa: F401
     Context,
