@@ -3,7 +3,7 @@
 normalisation step is slower than ONNX Runtime's same op in its own profile").
 
   /usr/bin/python3 bench/op_profile_compare.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
-      [--zoo | --zoo-only] [--results FILE] [--markdown FILE] [--engine-run PATH]
+      [--zoo | --zoo-only] [--export] [--results FILE] [--markdown FILE] [--engine-run PATH]
 
 Workloads, model exports and input cases are the peer benchmark's (bench/run_peer_bench.py; --zoo adds, and
 --zoo-only runs only, the torchvision zoo at batch 1). For each workload, R rounds alternate the two engines:
@@ -26,7 +26,8 @@ its anchor's ONNX op type stands for that node alone. A fused step (op type diff
 plus the nodes it replaced: kiln's args.replaced when present. Otherwise (ORT never lists them, kiln's
 trace of this commit does not either) each ONNX node no step is anchored at is given, repeatedly until
 nothing changes, to a neighbouring step that may absorb nodes (kiln: a step whose op type differs from its
-anchor's; ORT: any node, since ORT keeps "Conv" for a convolution with a fused sum and activation): the
+anchor's; ORT: the same, and any Conv / MatMul / Gemm node, since ORT keeps "Conv" for a convolution
+with a fused sum and activation): the
 latest-running step producing one of its inputs (epilogue fusion), else the earliest-running step consuming
 its outputs (ORT's fusions named after their last node, e.g. QuickGelu after the Mul). A node with no such
 neighbour (eliminated, constant-folded) stays unattributed and is listed by op type. Steps of one engine and
@@ -43,8 +44,8 @@ op type.
 
 Output: --markdown (default bench/RESULTS-op-profile.md, rewritten) and --results (default
 bench/results-op-profile.json: every unit, every sample). Records machine, load average at start and end,
-versions and commits like run_peer_bench.py. A missing export or an engine failing on a model is reported in
-the table and the run goes on. This is a benchmark, not a test: it is not part of ctest.
+versions and commits like run_peer_bench.py. A missing export (models are exported only with --export, as
+run_peer_bench.py does) or an engine failing on a model is reported in the table and the run goes on. This is a benchmark, not a test: it is not part of ctest.
 """
 import argparse
 import datetime
@@ -200,10 +201,11 @@ def match(g, kiln, ort):
     o_steps = {s: (op, None) for s, (op, _) in ort.items()}
     k_anchor = {s: (s.split("#")[0] if s.split("#")[0] in g.op else None) for s in kiln}
     o_anchor = {s: ort_anchor(g, s) for s in ort}
-    # kiln gives a fused step its own op type (FusedConv, ...); ORT keeps e.g. "Conv" for a convolution with
-    # a fused sum and activation, so any ORT node may stand for more than its anchor.
+    # kiln gives a fused step its own op type (FusedConv, ...); ORT keeps "Conv" for a convolution with a
+    # fused sum and activation, so its compute nodes may stand for more than their anchor too.
     k_cov, k_inf, k_un = cover(g, k_steps, k_anchor, lambda s: k_steps[s][1] is None and k_steps[s][0] != g.op[k_anchor[s]])
-    o_cov, o_inf, o_un = cover(g, o_steps, o_anchor, lambda s: True)
+    o_cov, o_inf, o_un = cover(g, o_steps, o_anchor,
+                               lambda s: o_steps[s][0] != g.op[o_anchor[s]] or bool(COMPUTE.search(o_steps[s][0])))
     parent = {}
 
     def find(x):
@@ -354,6 +356,8 @@ def slower(rec):
 def by_op(rec):
     tot = {}
     for u in checked(rec):
+        if u["kiln_us"] is None:
+            continue
         t = tot.setdefault(label(u), [0, 0.0, 0.0, 0])
         t[0] += 1
         t[1] += u["kiln_us"] or 0.0
@@ -364,7 +368,7 @@ def by_op(rec):
 
 def summary_row(rec):
     if rec.get("ort_error") or rec.get("kiln_error"):
-        err = "; ".join(f"{e}: {rec[e + '_error']}" for e in ("ort", "kiln") if rec.get(e + "_error"))
+        err = errors_text(rec)
         return [rec["workload"], "FAILED", "", "", "", "", "", err]
     c = checked(rec)
     both = [u for u in c if u["kiln_us"] is not None and u["ort_us"] is not None]
@@ -372,6 +376,12 @@ def summary_row(rec):
             str(len(c)), str(len(slower(rec))), fmt(sum(u["kiln_us"] for u in both)), fmt(sum(u["ort_us"] for u in both)),
             f"{len(rec['kiln_only'])} kiln-only, {len(rec['ort_only'])} ORT-only steps; "
             f"{len(c) - len(both)} one-sided units; {sum(u['inferred'] for u in c)} inferred"]
+
+
+def errors_text(rec):
+    if rec.get("ort_error") and rec.get("ort_error") == rec.get("kiln_error"):
+        return f"`{rec['ort_error']}`"
+    return "; ".join(f"{e}: `{rec[e + '_error']}`" for e in ("ort", "kiln") if rec.get(e + "_error"))
 
 
 def nodes_text(names, limit=3):
@@ -411,7 +421,7 @@ def write_markdown(path, result):
     for rec in result["workloads"]:
         lines += ["", f"## {rec['workload']} ({rec['shape']})", ""]
         if rec.get("ort_error") or rec.get("kiln_error"):
-            lines += [f"- {e}: FAILED: `{rec[e + '_error']}`" for e in ("ort", "kiln") if rec.get(e + "_error")]
+            lines += [f"- FAILED: {errors_text(rec)}"]
             continue
         s = slower(rec)
         lines += [f"Checked units where kiln is slower than ORT ({len(s)} of {len(checked(rec))}), slowest ratio first:", ""]
@@ -422,15 +432,24 @@ def write_markdown(path, result):
             lines.append(peer.md_table(["kiln op", "kiln step(s)", "ORT op(s)", "kiln us", "ORT us", "kiln/ORT", "inferred"], rows))
         else:
             lines.append("none.")
-        lines += ["", "Per kiln op type (checked units; one-sided units count on their side only):", "",
+        lines += ["", "Per kiln op type (checked units with a kiln step; ORT us 0 when no ORT node covers them):", "",
                   peer.md_table(["kiln op", "units", "kiln us", "ORT us", "kiln slower"],
                                 [[op, str(t[0]), fmt(t[1]), fmt(t[2]), str(t[3])] for op, t in by_op(rec)])]
-        one = [u for u in checked(rec) if u["kiln_us"] is None or u["ort_us"] is None]
-        if one:
-            lines += ["", "One-sided checked units (no step of the other engine covers these ONNX nodes):", ""]
-            lines += [f"- {'kiln ' + label(u) + ' ' + nodes_text(u['kiln_steps']) + ': ' + fmt(u['kiln_us']) if u['kiln_us'] is not None else 'ORT ' + '+'.join(u['ort_ops']) + ' ' + nodes_text(u['ort_nodes']) + ': ' + fmt(u['ort_us'])} us"
-                      for u in one]
-        for side, key, who in (("kiln", "kiln_only", "step"), ("ORT", "ort_only", "node")):
+        k_one = [u for u in checked(rec) if u["ort_us"] is None and u["kiln_us"] is not None]
+        o_one = [u for u in checked(rec) if u["kiln_us"] is None and u["ort_us"] is not None]
+        if k_one:
+            lines += ["", "kiln steps no ORT node covers:", ""]
+            lines += [f"- {label(u)} {nodes_text(u['kiln_steps'])}: {fmt(u['kiln_us'])} us" for u in k_one]
+        if o_one:
+            tot = {}
+            for u in o_one:
+                t = tot.setdefault("+".join(u["ort_ops"]), [0, 0.0])
+                t[0] += 1
+                t[1] += u["ort_us"]
+            lines += ["", "ORT nodes no kiln step covers (kiln folded them at build time, or a kiln step with no "
+                      "ONNX name, e.g. its attention, absorbed them): "
+                      + ", ".join(f"{op} ×{n} ({us:.1f} us)" for op, (n, us) in sorted(tot.items(), key=lambda kv: -kv[1][1]))]
+        for side, key in (("kiln", "kiln_only"), ("ORT", "ort_only")):
             if rec[key]:
                 tot = {}
                 for x in rec[key]:
@@ -467,6 +486,8 @@ def main(argv=None):
                    help="keep workloads whose model or model/profile is NAME (repeatable)")
     p.add_argument("--zoo", action="store_true", help="add the torchvision zoo (models/torchvision_zoo.py) at batch 1")
     p.add_argument("--zoo-only", action="store_true", help="run the zoo only")
+    p.add_argument("--export", action="store_true",
+                   help="export missing models and cases as run_peer_bench.py does (default: report them missing)")
     p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"))
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed for one engine process")
     p.add_argument("--results", default=os.path.join(BENCH, "results-op-profile.json"))
@@ -492,7 +513,11 @@ def main(argv=None):
     for model, profile, case in selected:
         peer.log(f"{model}/{profile}:")
         try:
-            peer.ensure_export(model, [case] if case else [])
+            if a.export:
+                peer.ensure_export(model, [case] if case else [])
+            elif not os.path.exists(peer.model_path(model)):
+                raise RuntimeError(f"no export {os.path.relpath(peer.model_path(model), ROOT)} (add --export, or run "
+                                   f"bench/run_peer_bench.py --only {model} once)")
             if case is None:
                 peer.ensure_gpt2_inputs(profile)
             records.append(profile_workload(a, model, profile, case or profile))
