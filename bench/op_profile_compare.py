@@ -29,7 +29,8 @@ nothing changes, to a neighbouring step that may absorb nodes (kiln: a step whos
 anchor's; ORT: the same, and any Conv / MatMul / Gemm node, since ORT keeps "Conv" for a convolution
 with a fused sum and activation): the
 latest-running step producing one of its inputs (epilogue fusion), else the earliest-running step consuming
-its outputs (ORT's fusions named after their last node, e.g. QuickGelu after the Mul). A node with no such
+its outputs (ORT's fusions named after their last node, e.g. QuickGelu after the Mul; a Conv / MatMul node
+tries its consumers first). A node with no such
 neighbour (eliminated, constant-folded) stays unattributed and is listed by op type. Steps of one engine and
 steps of the other that share an ONNX node form one comparison unit: the sum of kiln's steps against
 the sum of ORT's; a unit whose cover needed the inference above is marked "inferred". Steps with no ONNX anchor (ORT's ReorderInput /
@@ -45,7 +46,8 @@ op type.
 Output: --markdown (default bench/RESULTS-op-profile.md, rewritten) and --results (default
 bench/results-op-profile.json: every unit, every sample). Records machine, load average at start and end,
 versions and commits like run_peer_bench.py. A missing export (models are exported only with --export, as
-run_peer_bench.py does) or an engine failing on a model is reported in the table and the run goes on. This is a benchmark, not a test: it is not part of ctest.
+run_peer_bench.py does) or an engine failing on a model is reported in the table and the run goes on.
+This is a benchmark, not a test: it is not part of ctest.
 """
 import argparse
 import datetime
@@ -163,8 +165,9 @@ def cover(g, steps, anchor_of, may_absorb):
 
     An ONNX node no step is anchored at goes, repeating until nothing changes, to a neighbouring step that
     may absorb: first the producers of its inputs (an epilogue: the latest-running of them, the only one that
-    can have all the node's other inputs), else the consumers of its outputs (the earliest-running). Only
-    changes inside one comparison unit, unless the node sits between two units."""
+    can have all the node's other inputs), else the consumers of its outputs (the earliest-running). A
+    convolution or matmul goes to its consumers first: an epilogue takes elementwise nodes, while ORT names a
+    convolution with a fused activation after the activation's output."""
     order = {s: i for i, s in enumerate(steps)}
     covers, inferred = {}, set()
     for s, (op, replaced) in steps.items():
@@ -181,9 +184,10 @@ def cover(g, steps, anchor_of, may_absorb):
         for n in list(pending):
             prod = {owner[p] for p in g.preds(n) if p in owner and may_absorb(owner[p])}
             cons = {owner[c] for c in g.succs(n) if c in owner and may_absorb(owner[c])}
-            if prod:
+            last_cons = cons and all(c in owner for c in g.succs(n))
+            if prod and not (COMPUTE.search(g.op[n]) and last_cons):
                 s = max(prod, key=order.get)
-            elif cons and all(c in owner for c in g.succs(n)):
+            elif last_cons:
                 s = min(cons, key=order.get)
             else:
                 continue
@@ -369,11 +373,13 @@ def by_op(rec):
 def summary_row(rec):
     if rec.get("ort_error") or rec.get("kiln_error"):
         err = errors_text(rec)
-        return [rec["workload"], "FAILED", "", "", "", "", "", err]
+        return [rec["workload"], "FAILED", "", "", "", "", "", "", err]
     c = checked(rec)
     both = [u for u in c if u["kiln_us"] is not None and u["ort_us"] is not None]
+    comp = [u for u in rec["units"] if u["compute"] and u["kiln_us"] is not None and u["ort_us"] is not None]
     return [rec["workload"], fmt(median(rec["ort_p50_rounds"]) * 1e3), fmt(median(rec["kiln_p50_rounds"]) * 1e3),
             str(len(c)), str(len(slower(rec))), fmt(sum(u["kiln_us"] for u in both)), fmt(sum(u["ort_us"] for u in both)),
+            f"{fmt(sum(u['kiln_us'] for u in comp))} / {fmt(sum(u['ort_us'] for u in comp))}",
             f"{len(rec['kiln_only'])} kiln-only, {len(rec['ort_only'])} ORT-only steps; "
             f"{len(c) - len(both)} one-sided units; {sum(u['inferred'] for u in c)} inferred"]
 
@@ -411,11 +417,12 @@ def write_markdown(path, result):
         "every other unit is checked. 'inferred': the nodes a fused step absorbed were inferred from the graph "
         "(ORT never lists them"
         + ("" if result.get("replaced_in_trace") else "; kiln's trace of this commit does not either") + ").",
-        "- Whole-run p50s (ms) are from the same processes, with profiling on for ORT.",
+        "- Whole-run p50s (in us, like the steps) are from the same processes, with profiling on for ORT.",
         "",
         "## Summary", "",
         peer.md_table(["model/profile", "ORT p50 us", "kiln p50 us", "checked units", "kiln slower",
-                       "kiln sum us (checked, both sides)", "ORT sum us (checked, both sides)", "notes"],
+                       "kiln sum us (checked, both sides)", "ORT sum us (checked, both sides)",
+                       "compute units kiln / ORT us (left out)", "notes"],
                       [summary_row(r) for r in result["workloads"]]),
     ]
     for rec in result["workloads"]:
@@ -432,6 +439,13 @@ def write_markdown(path, result):
             lines.append(peer.md_table(["kiln op", "kiln step(s)", "ORT op(s)", "kiln us", "ORT us", "kiln/ORT", "inferred"], rows))
         else:
             lines.append("none.")
+        gaps = sorted((u for u in rec["units"] if u["compute"] and u["kiln_us"] is not None and u["ort_us"] is not None),
+                      key=lambda u: u["ort_us"] - u["kiln_us"])[:5]
+        gaps = [u for u in gaps if u["kiln_us"] > u["ort_us"]]
+        if gaps:
+            lines += ["", "For context, the compute units (left out of the check) with the largest kiln - ORT gap: "
+                      + "; ".join(f"{label(u)} {nodes_text(u['kiln_steps'], 1)} {fmt(u['kiln_us'])} vs "
+                                  f"{'+'.join(u['ort_ops'])} {fmt(u['ort_us'])} us" for u in gaps)]
         lines += ["", "Per kiln op type (checked units with a kiln step; ORT us 0 when no ORT node covers them):", "",
                   peer.md_table(["kiln op", "units", "kiln us", "ORT us", "kiln slower"],
                                 [[op, str(t[0]), fmt(t[1]), fmt(t[2]), str(t[3])] for op, t in by_op(rec)])]
@@ -488,10 +502,12 @@ def main(argv=None):
     p.add_argument("--zoo-only", action="store_true", help="run the zoo only")
     p.add_argument("--export", action="store_true",
                    help="export missing models and cases as run_peer_bench.py does (default: report them missing)")
-    p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"))
+    p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"), help="(default build/engine-run)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds allowed for one engine process")
-    p.add_argument("--results", default=os.path.join(BENCH, "results-op-profile.json"))
-    p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS-op-profile.md"))
+    p.add_argument("--results", default=os.path.join(BENCH, "results-op-profile.json"),
+                   help="JSON with every unit and sample (default bench/results-op-profile.json)")
+    p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS-op-profile.md"),
+                   help="report, rewritten (default bench/RESULTS-op-profile.md)")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.iterations < 1 or a.threads < 1:
         p.error("--rounds, --iterations and --threads must be >= 1")
@@ -538,7 +554,8 @@ def main(argv=None):
         json.dump(result, f, indent=1)
         f.write("\n")
     write_markdown(a.markdown, result)
-    head = ["model/profile", "ORT p50 us", "kiln p50 us", "checked", "kiln slower", "kiln sum us", "ORT sum us", "notes"]
+    head = ["model/profile", "ORT p50 us", "kiln p50 us", "checked", "kiln slower", "kiln sum us", "ORT sum us",
+            "compute kiln/ORT us", "notes"]
     print()
     print(peer.text_table(head, [summary_row(r) for r in records]))
     peer.log(f"load average at end: {' '.join(f'{x:.2f}' for x in load_end)}")
