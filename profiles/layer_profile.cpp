@@ -147,6 +147,7 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
        << ", \"ph\": \"X\", \"ts\": " << micros(s.begin_ms) << ", \"dur\": " << micros(s.ms) << ", \"pid\": 1, \"tid\": 1"
        << ", \"args\": {\"op_type\": " << json_string(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
        << ", \"outputs\": " << json_list(s.outputs);
+    if (!s.replaced.empty()) os << ", \"replaced\": " << json_list(s.replaced);  // the ONNX nodes a fused step stands for
     if (s.flops.flops > 0)
       os << ", \"gflop\": " << num(s.flops.flops / 1e9) << ", \"precision\": " << json_string(flop_precision_name(s.precision));
     os << "}}";
