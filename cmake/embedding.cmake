@@ -14,7 +14,7 @@ set_target_properties(kiln_runtime_shared PROPERTIES OUTPUT_NAME kiln_runtime EX
 target_include_directories(kiln_runtime_shared INTERFACE $<BUILD_INTERFACE:${CMAKE_SOURCE_DIR}/include>
                            $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_link_libraries(kiln_runtime_shared PRIVATE OpenMP::OpenMP_CXX DNNL::dnnl protobuf::libprotobuf ${CMAKE_DL_LIBS})
-target_link_options(kiln_runtime_shared PRIVATE -Wl,-z,defs)
+target_link_options(kiln_runtime_shared PRIVATE ${KILN_NO_UNDEFINED})
 target_compile_features(kiln_runtime_shared INTERFACE cxx_std_20)
 set_target_properties(kiln_runtime PROPERTIES EXPORT_NAME runtime_static)
 
@@ -33,7 +33,7 @@ if(KILN_BUILD_BUILDER)
                              $<BUILD_INTERFACE:${CMAKE_BINARY_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   # kiln::build (profiles/api/builder_api.cpp) writes engine-build's report, provenance included.
   target_link_libraries(kiln_builder_shared PRIVATE kiln_history kiln_profiles kiln_builder)
-  target_link_options(kiln_builder_shared PRIVATE -Wl,-z,defs)
+  target_link_options(kiln_builder_shared PRIVATE ${KILN_NO_UNDEFINED})
   target_compile_features(kiln_builder_shared INTERFACE cxx_std_20)
   list(APPEND KILN_PUBLIC_HEADERS include/kiln/builder.h)
   list(APPEND KILN_EXPORTED_TARGETS kiln_builder_shared)
