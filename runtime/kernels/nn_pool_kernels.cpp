@@ -1,14 +1,16 @@
 // Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
 // spatial dims (run as 3-D with trailing unit dims), and MaxPool's "vectorized" kernel: float32 1-D
 // and 2-D without Indices or dilation (a CNN stem's pool), everything else on the reference.
-// MaxPool also takes kiln's attribute layout "nhwc" (float32 2-D, no Indices; set by
-// builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C].
+// MaxPool also takes kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
+// builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C] or
+// [N, C/8, H, W, 8], FusedConv's layouts of the same names (fused_conv_common.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/thread_pool.h"
 #include "runtime/thread_scratch.h"
@@ -181,63 +183,56 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(PoolKind kind, AttrReader& attrs) {
                                                               count_include_pad != 0, storage_order, p));
 }
 
-// Copies float32 [N, A, B] into [N, B, A] (A = C and B = H*W converts NCHW to NHWC, and back).
-void swap_inner(const float* src, float* dst, int64_t n, int64_t a, int64_t b) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t x = 0; x < a; ++x)
-      for (int64_t y = 0; y < b; ++y) dst[(i * b + y) * a + x] = src[(i * a + x) * b + y];
-}
-
-// The NHWC MaxPool's reference: the NCHW reference between two transposes.
-class NhwcPoolReference final : public Kernel {
+// The NHWC / nChw8c MaxPool's reference: the NCHW reference between two layout conversions.
+class LayoutPoolReference final : public Kernel {
  public:
-  explicit NhwcPoolReference(std::unique_ptr<Kernel> ref) : ref_(std::move(ref)) {}
+  LayoutPoolReference(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     KILN_RETURN_IF_ERROR(check_input_count(in, 1, 1));
-    if (out.size() > 1) return InvalidArgument("layout nhwc has no Indices output");
-    const Shape& x = in[0].shape;
-    if (in[0].dtype != DType::kFloat32 || x.rank() != 4)
-      return InvalidArgument("layout nhwc needs a float32 4-D input 0, got " + dtype_name(in[0].dtype) + " " + x.str());
+    const std::string name = conv_layout_name(layout_);
+    if (out.size() > 1) return InvalidArgument("layout " + name + " has no Indices output");
+    if (in[0].dtype != DType::kFloat32)
+      return InvalidArgument("layout " + name + " needs a float32 input 0, got " + dtype_name(in[0].dtype) + " " + in[0].shape.str());
     TensorView v = in[0];
-    v.shape = Shape{x[0], x[3], x[1], x[2]};
+    KILN_ASSIGN_OR_RETURN(v.shape, conv_nchw_shape(layout_, in[0].shape, "input 0"));
     KILN_RETURN_IF_ERROR(ref_->infer(std::span<const TensorView>(&v, 1), out));
-    const Shape y = out[0].shape;
-    out[0].shape = Shape{y[0], y[2], y[3], y[1]};
+    KILN_ASSIGN_OR_RETURN(out[0].shape, conv_layout_shape(layout_, out[0].shape, "output"));
     return Status::Ok();
   }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& x = in[0].shape;
-    const Shape& y = out[0].shape;
-    KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, Shape{x[0], x[3], x[1], x[2]}, "MaxPool input"));
-    KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, Shape{y[0], y[3], y[1], y[2]}, "MaxPool output"));
+    KILN_ASSIGN_OR_RETURN(xs_, conv_nchw_shape(layout_, in[0].shape, "input 0"));
+    KILN_ASSIGN_OR_RETURN(ys_, conv_nchw_shape(layout_, out[0].shape, "output"));
+    KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, xs_, "MaxPool input"));
+    KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, ys_, "MaxPool output"));
     const TensorView xv = x_tmp_.view(), yv = y_tmp_.view();
     return ref_->prepare(std::span<const TensorView>(&xv, 1), std::span<const TensorView>(&yv, 1));
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& x = in[0].shape;
-    const Shape& y = out[0].shape;
-    swap_inner(in[0].as<float>(), x_tmp_.as<float>(), x[0], x[1] * x[2], x[3]);
+    conv_to_nchw(layout_, in[0].as<float>(), x_tmp_.as<float>(), xs_);
     const TensorView xv = x_tmp_.view(), yv = y_tmp_.view();
     KILN_RETURN_IF_ERROR(ref_->run(std::span<const TensorView>(&xv, 1), std::span<const TensorView>(&yv, 1)));
-    swap_inner(y_tmp_.as<float>(), out[0].as<float>(), y[0], y[3], y[1] * y[2]);
+    conv_from_nchw(layout_, y_tmp_.as<float>(), out[0].as<float>(), ys_);
     return Status::Ok();
   }
 
  private:
   std::unique_ptr<Kernel> ref_;
+  ConvLayout layout_;
+  Shape xs_, ys_;
   Tensor x_tmp_, y_tmp_;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, bool* nhwc) {
+StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* layout) {
   KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
   // Declared first: GCC 12 reports the string as maybe-uninitialized when the macro declares it.
-  std::string layout;
-  KILN_ASSIGN_OR_RETURN(layout, attrs.get_string("layout", "nchw"));
-  if (layout != "nchw" && layout != "nhwc") return InvalidArgument("attribute 'layout' must be nchw or nhwc, got '" + layout + "'");
-  *nhwc = layout == "nhwc";
-  if (!*nhwc) return ref;
-  return std::unique_ptr<Kernel>(std::make_unique<NhwcPoolReference>(std::move(ref)));
+  std::string name;
+  KILN_ASSIGN_OR_RETURN(name, attrs.get_string("layout", "nchw"));
+  if (name != "nchw" && name != "nhwc" && name != "nchw8c")
+    return InvalidArgument("attribute 'layout' must be nchw, nhwc or nchw8c, got '" + name + "'");
+  KILN_ASSIGN_OR_RETURN(*layout, parse_conv_layout(name, "layout"));
+  if (*layout == ConvLayout::kNchw) return ref;
+  return std::unique_ptr<Kernel>(std::make_unique<LayoutPoolReference>(std::move(ref), *layout));
 }
 
 // MaxPool in two separable passes per output row: the elementwise max of the window's input rows
@@ -246,19 +241,21 @@ StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, bool* nhwc) {
 // tenth of ResNet-18's run time.
 class VectorizedMaxPool final : public Kernel {
  public:
-  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool nhwc)
-      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), nhwc_(nhwc) {}
+  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, ConvLayout layout)
+      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), layout_(layout) {}
   // "reference" once prepare() handed the current shapes to the reference kernel.
   const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const Shape& x = in[0].shape;
-    const int n = x.rank() - 2;
+    const bool nchw = layout_ == ConvLayout::kNchw;
+    // The layouts other than NCHW are 2-D only (their shapes were checked by infer()).
+    const int n = nchw ? x.rank() - 2 : 2;
     fast_ = in[0].dtype == DType::kFloat32 && (n == 1 || n == 2) && (out.size() < 2 || !out[1].present()) &&
-            static_cast<int>(w_.kernel_shape.size()) == n && (!nhwc_ || n == 2);
+            static_cast<int>(w_.kernel_shape.size()) == n;
     if (fast_) {
-      const int64_t* spatial = x.data() + (nhwc_ ? 1 : 2);
+      const int64_t* spatial = x.data() + (layout_ == ConvLayout::kNhwc ? 1 : 2);
       KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, spatial, w_.kernel_shape.data(), n, ceil_mode_));
       for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
       // 1-D runs as 2-D with a leading unit dim.
@@ -275,7 +272,9 @@ class VectorizedMaxPool final : public Kernel {
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
-    if (nhwc_) return run_nhwc(in, out);
+    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, in[0].shape[0], in[0].shape[3]);
+    // nChw8c is NHWC with N*C/8 images of 8 channels.
+    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, in[0].shape[0] * in[0].shape[1], in[0].shape[4]);
     const WindowGeom& g = g_;
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
@@ -326,10 +325,10 @@ class VectorizedMaxPool final : public Kernel {
   }
 
  private:
-  // Channels innermost: each output pixel is the elementwise max of its window's C-vectors.
-  Status run_nhwc(std::span<const TensorView> in, std::span<const TensorView> out) {
+  // Channels innermost ([N, H, W, C]): each output pixel is the elementwise max of its window's
+  // C-vectors.
+  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t C) {
     const WindowGeom& g = g_;
-    const int64_t N = in[0].shape[0], C = in[0].shape[3];
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
@@ -358,18 +357,19 @@ class VectorizedMaxPool final : public Kernel {
   std::unique_ptr<Kernel> ref_;
   std::atomic<bool> row_failed_{false};
   WindowAttrs w_;
-  bool ceil_mode_, nhwc_;
+  bool ceil_mode_;
+  ConvLayout layout_;
   bool fast_ = false, use_ref_ = false;
   WindowGeom g_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_vectorized_max_pool(AttrReader& attrs) {
-  bool nhwc = false;
-  KILN_ASSIGN_OR_RETURN(auto ref, make_max_pool(attrs, &nhwc));
+  ConvLayout layout = ConvLayout::kNchw;
+  KILN_ASSIGN_OR_RETURN(auto ref, make_max_pool(attrs, &layout));
   WindowAttrs w;
   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
   KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
-  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0, nhwc));
+  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0, layout));
 }
 
 // GlobalAveragePool over float32 planes: each plane's mean from 16 independent partial sums (a
@@ -425,8 +425,8 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
-           bool nhwc;
-           return make_max_pool(a, &nhwc);
+           ConvLayout layout;
+           return make_max_pool(a, &layout);
          }});
   r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_max_pool(a); }});
   r.add({"AveragePool", "reference", 0,
