@@ -9,8 +9,10 @@
 // input and its output can be in the layout, and so does a Concat over the channels (SqueezeNet's
 // fire modules, GoogLeNet's inception outputs) when all its inputs and its output can: the Concat
 // kernel is layout-blind, only its axis moves (NHWC: 3; nChw8c: 1, the block axis, exact because
-// every input's channels are whole blocks). Every other value (graph inputs and outputs, what other
-// ops read) keeps NCHW.
+// every input's channels are whole blocks). Squeeze-excitation blocks join as well: a
+// GlobalAveragePool (attribute layout; its [N, C, 1, 1] output in the layout) and elementwise ops
+// all of whose inputs are in the layout (x * s broadcasts the same in it). Every other value (graph
+// inputs and outputs, what other ops read) keeps NCHW.
 //
 // The layout is the build machine's (cpu_info(), so KILN_MAX_CPU_ISA caps it): NHWC with AVX-512,
 // nChw8c without. nChw8c needs the value's channels to be a multiple of 8: a value whose channels
@@ -20,6 +22,7 @@
 // is a few dozen floats. The layout is recorded in the attributes, so an engine built on one CPU
 // runs unchanged on another: the kernels reorder where the recorded layout is not the one their
 // primitive computes in.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -50,11 +53,37 @@ bool is_channel_concat(const Graph& g, const Node& n) {
   return a != n.attrs.end() && (a->second.i == 1 || a->second.i == -3) && shape && shape->size() == 4;
 }
 
-// Nodes whose one output takes the layout of their inputs (and needs them all in it).
-bool is_layout_follower(const Graph& g, const Node& n) { return is_2d_max_pool(n) || is_channel_concat(g, n); }
+// GlobalAveragePool of a 4-D value (squeeze-excitation's squeeze).
+bool is_2d_global_average_pool(const Graph& g, const Node& n) {
+  if (n.removed || !n.domain.empty() || n.op_type != "GlobalAveragePool" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const auto& shape = g.values[n.outputs[0]].shape;
+  return shape && shape->size() == 4;
+}
 
-// The channels of each value a FusedConv, MaxPool or Concat produces, where known: a FusedConv's
-// from its weights, a MaxPool's from its input, a Concat's summed over its inputs.
+// An elementwise op whose kernel is blind to the layout when every input is in it: the inputs then
+// broadcast against each other in the layout's shapes exactly as in NCHW (a kept value's channels
+// are never a broadcast 1 in nChw8c, being a multiple of 8; NHWC moves C and keeps the others'
+// order). Squeeze-excitation's rescaling x * s, s of shape [N, C, 1, 1], is the case that matters.
+bool is_layout_blind_elementwise(const Graph& g, const Node& n) {
+  if (n.removed || n.outputs.size() != 1 || n.inputs.empty()) return false;
+  const auto& shape = g.values[n.outputs[0]].shape;
+  if (!shape || shape->size() != 4) return false;
+  if (n.domain == kKilnDomain && n.op_type == "FusedElementwise") {
+    auto norm = n.attrs.find("norm");
+    return norm == n.attrs.end() || norm->second.s == "none";
+  }
+  static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid"};
+  return n.domain.empty() && kOps.count(n.op_type) > 0;
+}
+
+// Nodes whose one output takes the layout of their inputs (and needs them all in it).
+bool is_layout_follower(const Graph& g, const Node& n) {
+  return is_2d_max_pool(n) || is_channel_concat(g, n) || is_2d_global_average_pool(g, n) || is_layout_blind_elementwise(g, n);
+}
+
+// The channels of each value a FusedConv or a follower produces, where known: a FusedConv's from
+// its weights, a pool's from its input, a Concat's summed over its inputs, an elementwise op's
+// from its shape or its widest input.
 std::map<int, int64_t> channel_counts(const Graph& g) {
   std::map<int, int64_t> c;
   auto known = [&](int v) -> int64_t {
@@ -68,8 +97,11 @@ std::map<int, int64_t> channel_counts(const Graph& g) {
       int64_t ch = -1;
       if (is_2d_fused_conv(g, n)) {
         ch = g.values[n.inputs[1]].constant.shape()[0];
-      } else if (is_2d_max_pool(n)) {
+      } else if (is_2d_max_pool(n) || is_2d_global_average_pool(g, n)) {
         ch = known(n.inputs[0]);
+      } else if (is_layout_blind_elementwise(g, n)) {
+        ch = known(n.outputs[0]);
+        for (int v : n.inputs) ch = v < 0 ? ch : std::max(ch, known(v));
       } else if (is_channel_concat(g, n)) {
         ch = 0;
         for (int v : n.inputs) ch = v < 0 || known(v) < 0 || ch < 0 ? -1 : ch + known(v);
@@ -135,12 +167,13 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
     }
   }
   if (kept.empty()) return Status::Ok();
-  int pools = 0, concats = 0;
+  int pools = 0, concats = 0, elementwise = 0;
   for (auto& n : g.nodes) {
-    if (is_2d_max_pool(n) && kept.count(n.outputs[0])) {
+    if ((is_2d_max_pool(n) || is_2d_global_average_pool(g, n)) && kept.count(n.outputs[0])) {
       n.attrs["layout"] = Attribute::String(layout);
       ++pools;
     }
+    if (is_layout_blind_elementwise(g, n) && kept.count(n.outputs[0])) ++elementwise;
     if (is_channel_concat(g, n) && kept.count(n.outputs[0])) {
       n.attrs["axis"] = Attribute::Int(blocked ? 1 : 3);
       ++concats;
@@ -162,7 +195,8 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
     }
   }
   ctx.log.push_back("conv_channels_last: " + std::to_string(kept.size()) + " values between FusedConvs (" + std::to_string(pools) +
-                    " MaxPools, " + std::to_string(concats) + " Concats joined) kept as " + layout);
+                    " pools, " + std::to_string(concats) + " Concats, " + std::to_string(elementwise) +
+                    " elementwise ops joined) kept as " + layout);
   return Status::Ok();
 }
 

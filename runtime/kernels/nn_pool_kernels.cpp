@@ -1,7 +1,7 @@
 // Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
 // spatial dims (run as 3-D with trailing unit dims), and MaxPool's "vectorized" kernel: float32 1-D
 // and 2-D without Indices or dilation (a CNN stem's pool), everything else on the reference.
-// MaxPool also takes kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
+// MaxPool and GlobalAveragePool also take kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
 // builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C] or
 // [N, C/8, H, W, 8], FusedConv's layouts of the same names (fused_conv_common.h).
 #include <algorithm>
@@ -183,7 +183,7 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(PoolKind kind, AttrReader& attrs) {
                                                               count_include_pad != 0, storage_order, p));
 }
 
-// The NHWC / nChw8c MaxPool's reference: the NCHW reference between two layout conversions.
+// The NHWC / nChw8c pools' reference: the NCHW reference between two layout conversions.
 class LayoutPoolReference final : public Kernel {
  public:
   LayoutPoolReference(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
@@ -223,8 +223,9 @@ class LayoutPoolReference final : public Kernel {
   Tensor x_tmp_, y_tmp_;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* layout) {
-  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
+// Reads attribute layout ("nchw", "nhwc" or "nchw8c") and wraps the NCHW reference `ref` in the
+// layout conversions where it is not NCHW.
+StatusOr<std::unique_ptr<Kernel>> with_layout(std::unique_ptr<Kernel> ref, AttrReader& attrs, ConvLayout* layout) {
   // Declared first: GCC 12 reports the string as maybe-uninitialized when the macro declares it.
   std::string name;
   KILN_ASSIGN_OR_RETURN(name, attrs.get_string("layout", "nchw"));
@@ -233,6 +234,11 @@ StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* l
   KILN_ASSIGN_OR_RETURN(*layout, parse_conv_layout(name, "layout"));
   if (*layout == ConvLayout::kNchw) return ref;
   return std::unique_ptr<Kernel>(std::make_unique<LayoutPoolReference>(std::move(ref), *layout));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* layout) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
+  return with_layout(std::move(ref), attrs, layout);
 }
 
 // MaxPool in two separable passes per output row: the elementwise max of the window's input rows
@@ -326,8 +332,15 @@ class VectorizedMaxPool final : public Kernel {
 
  private:
   // Channels innermost ([N, H, W, C]): each output pixel is the elementwise max of its window's
-  // C-vectors.
+  // C-vectors. nChw8c's C = 8 gets its own instance: with the width known the maximum stays in one
+  // vector register instead of going through the output row on every tap.
   Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t C) {
+    if (C == 8) return run_channels_inner_fixed<8>(in, out, N, C);
+    return run_channels_inner_fixed<0>(in, out, N, C);
+  }
+  template <int64_t kC>
+  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t c_runtime) {
+    const int64_t C = kC > 0 ? kC : c_runtime;
     const WindowGeom& g = g_;
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
     const float* x = in[0].as<float>();
@@ -342,13 +355,28 @@ class VectorizedMaxPool final : public Kernel {
         const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
         const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
         float* yp = y + (row * OW + ow) * C;
-        std::fill(yp, yp + C, kLowest);
-        for (int64_t h = hlo; h < hhi; ++h)
-          for (int64_t w = wlo; w < whi; ++w) {
-            const float* xp = x + ((n * H + h) * W + w) * C;
+        if constexpr (kC > 0) {
+          float acc[kC];
 #pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
-          }
+          for (int64_t c = 0; c < kC; ++c) acc[c] = kLowest;
+          for (int64_t h = hlo; h < hhi; ++h)
+            for (int64_t w = wlo; w < whi; ++w) {
+              const float* xp = x + ((n * H + h) * W + w) * kC;
+              // omp simd: -O2's cheap vectorizer model leaves this 8-wide loop scalar.
+#pragma omp simd
+              for (int64_t c = 0; c < kC; ++c) acc[c] = std::max(acc[c], xp[c]);
+            }
+#pragma omp simd
+          for (int64_t c = 0; c < kC; ++c) yp[c] = acc[c];
+        } else {
+          std::fill(yp, yp + C, kLowest);
+          for (int64_t h = hlo; h < hhi; ++h)
+            for (int64_t w = wlo; w < whi; ++w) {
+              const float* xp = x + ((n * H + h) * W + w) * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
+            }
+        }
       }
     });
     return Status::Ok();
@@ -374,10 +402,12 @@ StatusOr<std::unique_ptr<Kernel>> make_vectorized_max_pool(AttrReader& attrs) {
 
 // GlobalAveragePool over float32 planes: each plane's mean from 16 independent partial sums (a
 // vector's lanes, so it vectorizes without reassociating one chain), combined in double. The
-// reference's generic window loop does not vectorize over a plane.
+// reference's generic window loop does not vectorize over a plane. In the layouts with channels
+// innermost (NHWC; nChw8c is NHWC over N*C/8 images of 8 channels), each image's pixels are summed
+// as channel vectors in double.
 class VectorizedGlobalAveragePool final : public Kernel {
  public:
-  explicit VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref) : ref_(std::move(ref)) {}
+  VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
   const char* impl_name() const override { return fast_ ? "vectorized" : "reference"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
@@ -388,6 +418,8 @@ class VectorizedGlobalAveragePool final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
     const Shape& x = in[0].shape;
+    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, x[0], x[1] * x[2], x[3]);
+    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, x[0] * x[1], x[2] * x[3], x[4]);
     const int64_t planes = x[0] * x[1], size = x.numel() / std::max<int64_t>(planes, 1);
     const float* src = in[0].as<float>();
     float* dst = out[0].as<float>();
@@ -408,7 +440,46 @@ class VectorizedGlobalAveragePool final : public Kernel {
   }
 
  private:
+  // [images, pixels, C] -> [images, C]; items of up to kChunk channels of one image. Float partial
+  // sums over runs of kRun pixels (vectorized across the channels), added up in double: the
+  // rounding of the NCHW path's 16 lanes, without a double conversion per element.
+  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
+                            int64_t C) {
+    if (C == 8) return run_channels_inner_fixed<8>(in, out, images, pixels, C);
+    return run_channels_inner_fixed<0>(in, out, images, pixels, C);
+  }
+  template <int64_t kFixed>
+  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
+                                  int64_t c_runtime) {
+    constexpr int64_t kChunk = kFixed > 0 ? kFixed : 64, kRun = 64;
+    const int64_t C = kFixed > 0 ? kFixed : c_runtime;
+    const int64_t chunks = (C + kChunk - 1) / kChunk;
+    const float* src = in[0].as<float>();
+    float* dst = out[0].as<float>();
+    const double per_item = static_cast<double>(pixels) * static_cast<double>(std::min(C, kChunk));
+    parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
+      const int64_t img = item / chunks, c0 = (item % chunks) * kChunk;
+      const int64_t width = kFixed > 0 ? kFixed : std::min(C, c0 + kChunk) - c0;
+      double total[kChunk] = {};
+      for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
+        float part[kChunk] = {};
+        const int64_t p1 = std::min(pixels, p0 + kRun);
+        for (int64_t p = p0; p < p1; ++p) {
+          const float* xp = src + (img * pixels + p) * C + c0;
+#pragma omp simd
+          for (int64_t c = 0; c < width; ++c) part[c] += xp[c];
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) total[c] += part[c];
+      }
+      for (int64_t c = 0; c < width; ++c)
+        dst[img * C + c0 + c] = static_cast<float>(pixels > 0 ? total[c] / static_cast<double>(pixels) : 0.0);
+    });
+    return Status::Ok();
+  }
+
   std::unique_ptr<Kernel> ref_;
+  ConvLayout layout_;
   bool fast_ = false;
 };
 
@@ -434,11 +505,17 @@ void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
   r.add({"GlobalMaxPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kMax, a); }});
-  r.add({"GlobalAveragePool", "reference", 0,
-         [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kAverage, a); }});
+  // GlobalAveragePool takes attribute layout like MaxPool (squeeze-excitation between FusedConvs).
+  r.add({"GlobalAveragePool", "reference", 0, [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(auto ref, make_global_pool(PoolKind::kAverage, a));
+           ConvLayout layout;
+           return with_layout(std::move(ref), a, &layout);
+         }});
   r.add({"GlobalAveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
            KILN_ASSIGN_OR_RETURN(auto ref, make_global_pool(PoolKind::kAverage, a));
-           return std::unique_ptr<Kernel>(std::make_unique<VectorizedGlobalAveragePool>(std::move(ref)));
+           ConvLayout layout = ConvLayout::kNchw;
+           KILN_ASSIGN_OR_RETURN(ref, with_layout(std::move(ref), a, &layout));
+           return std::unique_ptr<Kernel>(std::make_unique<VectorizedGlobalAveragePool>(std::move(ref), layout));
          }});
   r.add({"GlobalLpPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kLp, a); }});

@@ -203,6 +203,7 @@ TEST(ConvBlockedLayout, MaxPoolEveryLayoutMatchesTheNchwReference) {
         auto got = run_kernel_once(*k, std::span<const TensorView>(&v, 1), 1);
         ASSERT_TRUE(got.ok()) << got.status().message();
         expect_close((*got)[0], to_layout((*want)[0], l), 0, 0, c.x.str() + " " + l.name + " " + impl);
+        EXPECT_STREQ(k->impl_name(), impl) << c.x.str() << " " << l.name;
       }
     }
   }
@@ -215,6 +216,28 @@ TEST(ConvBlockedLayout, MaxPoolEveryLayoutMatchesTheNchwReference) {
   auto bad = KernelRegistry::builtin().create(
       args, {{"kernel_shape", Attribute::Ints({2, 2})}, {"layout", Attribute::String("nchw16c")}}, "vectorized");
   EXPECT_FALSE(bad.ok());
+}
+
+TEST(ConvBlockedLayout, GlobalAveragePoolEveryLayoutMatchesTheNchwReference) {
+  const Shape cases[] = {Shape{2, 8, 11, 9}, Shape{1, 24, 1, 1}, Shape{2, 136, 7, 5}, Shape{1, 16, 57, 3}};
+  uint32_t seed = 31;
+  for (const Shape& xs : cases) {
+    const Tensor x = random_f32(xs, seed++);
+    auto want = run_op_once("GlobalAveragePool", {}, {x}, 1, "reference");
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    for (const Layout& l : {kLayouts[1], kLayouts[2]}) {
+      const Tensor xl = to_layout(x, l);
+      for (const char* impl : {"vectorized", "reference"}) {
+        auto k = make("GlobalAveragePool", {{"layout", Attribute::String(l.name)}}, 1, impl);
+        ASSERT_TRUE(k);
+        const TensorView v = xl.view();
+        auto got = run_kernel_once(*k, std::span<const TensorView>(&v, 1), 1);
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        expect_close((*got)[0], to_layout((*want)[0], l), 1e-6, 1e-5, xs.str() + " " + l.name + " " + impl);
+        EXPECT_STREQ(k->impl_name(), impl) << xs.str() << " " << l.name;
+      }
+    }
+  }
 }
 
 // ---- conv_channels_last -------------------------------------------------------------------------
@@ -232,7 +255,8 @@ void init(OnnxModelBuilder& b, const std::string& name, std::vector<int64_t> dim
 
 // An inception-like graph: a stem Conv+Relu and a ceil-mode MaxPool, three branches (1x1, 3x3, and a
 // stride-1 MaxPool then 1x1) concatenated over the channels, a depthwise stride-2 Conv, a 1x1 to 12
-// channels (not whole 8-blocks), a 1x1 back to 24, a residual block, and a head whose output is
+// channels (not whole 8-blocks), a 1x1 back to 24, a residual block,
+// a squeeze-excitation block (GlobalAveragePool, 1x1 Convs, Sigmoid, Mul), then a head whose output is
 // the graph output.
 OnnxModelBuilder inception_model() {
   OnnxModelBuilder b;
@@ -247,6 +271,8 @@ OnnxModelBuilder inception_model() {
   init(b, "w6", {24, 12, 1, 1}, 8);
   init(b, "w7", {24, 24, 1, 1}, 9);
   init(b, "w8", {5, 24, 3, 3}, 10);
+  init(b, "w9", {8, 24, 1, 1}, 11);
+  init(b, "w10", {24, 8, 1, 1}, 12);
   auto conv = [&](const std::string& x, const std::string& w, const std::string& y, int64_t pad, int64_t group = 1,
                   int64_t stride = 1) -> onnx::NodeProto& {
     auto& n = b.node("Conv", {x, w}, {y}, y + "/Conv");
@@ -281,7 +307,13 @@ OnnxModelBuilder inception_model() {
   conv("f", "w7", "cg", 0);
   b.node("Add", {"cg", "f"}, {"sg"}, "g/Add");
   relu("sg", "g");
-  conv("g", "w8", "y", 1);
+  b.node("GlobalAveragePool", {"g"}, {"sq"}, "se/GlobalAveragePool");
+  conv("sq", "w9", "se1", 0);
+  relu("se1", "se1r");
+  conv("se1r", "w10", "se2", 0);
+  b.node("Sigmoid", {"se2"}, {"s"}, "se/Sigmoid");
+  b.node("Mul", {"g", "s"}, {"h"}, "se/Mul");
+  conv("h", "w8", "y", 1);
   b.output("y");
   return b;
 }
@@ -354,6 +386,11 @@ TEST(ConvChannelsLast, BothLayoutsMatchTheUnfusedGraph) {
     EXPECT_EQ(attr_or(*producer(b, "f"), "x_layout", "nchw"), blocked ? "nchw" : L);
     EXPECT_EQ(attr_or(*producer(b, "g"), "residual_layout", "nchw"), L);
     EXPECT_EQ(attr_or(*producer(b, "y"), "y_layout", "nchw"), "nchw");
+    EXPECT_EQ(attr_or(*producer(b, "y"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(*producer(b, "sq"), "layout", "nchw"), L);
+    EXPECT_EQ(attr_or(*producer(b, "se1r"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(*producer(b, "s"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(*producer(b, "s"), "y_layout", "nchw"), L);  // the Sigmoid fused into the Conv
     const Value& cat = b.values[b.find_value("cat")];
     ASSERT_TRUE(cat.shape.has_value());
     EXPECT_EQ(sym_shape_str(*cat.shape), sym_shape_str(from_shape(blocked ? Shape{2, 4, 5, 4, 8} : Shape{2, 5, 4, 32})));
