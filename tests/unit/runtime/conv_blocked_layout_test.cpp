@@ -240,6 +240,51 @@ TEST(ConvBlockedLayout, GlobalAveragePoolEveryLayoutMatchesTheNchwReference) {
   }
 }
 
+// Binary ops broadcasting in the channels-inner layouts (x [N, C/8, H, W, 8] * s [N, C/8, 1, 1, 8],
+// NHWC's [N, H, W, C] * [N, 1, 1, C]) and other short-row patterns, large enough for the parallel
+// path, against a loop over the broadcast indices written out here.
+TEST(ConvBlockedLayout, BroadcastingInChannelsInnerLayoutsMatchesALoop) {
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {
+      {Shape{2, 18, 29, 31, 8}, Shape{2, 18, 1, 1, 8}},  // SE rescale in nChw8c, batch 2
+      {Shape{1, 18, 56, 56, 8}, Shape{1, 18, 1, 1, 8}},  // efficientnet's largest
+      {Shape{1, 18, 1, 1, 8}, Shape{1, 18, 56, 56, 8}},  // broadcast operand first
+      {Shape{2, 29, 31, 40}, Shape{2, 1, 1, 40}},        // NHWC SE rescale
+      {Shape{3, 97, 5}, Shape{3, 1, 5}},                 // rows of 5
+      {Shape{4, 3000, 7}, Shape{1, 3000, 1}},            // rows of 7, a broadcast column
+      {Shape{2, 9, 13, 8}, Shape{2, 9, 13, 8}},          // rows of 8 that merge into one run
+  };
+  uint32_t seed = 5;
+  for (const auto& c : cases) {
+    const Tensor a = random_f32(c.a, seed++), b = random_f32(c.b, seed++);
+    auto got = run_op_once("Mul", {}, {a, b}, 1, "");
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    const Tensor& y = (*got)[0];
+    const Shape& ys = y.shape();
+    ASSERT_EQ(ys.rank(), c.a.rank());
+    std::vector<int64_t> idx(static_cast<size_t>(ys.rank()), 0);
+    int bad = 0;
+    for (int64_t i = 0; i < y.numel() && bad < 5; ++i) {
+      int64_t rest = i, oa = 0, ob = 0, sa = 1, sb = 1;
+      for (int d = ys.rank() - 1; d >= 0; --d) {
+        const int64_t k = rest % ys[d];
+        rest /= ys[d];
+        oa += (c.a[d] == 1 ? 0 : k) * sa;
+        ob += (c.b[d] == 1 ? 0 : k) * sb;
+        sa *= c.a[d];
+        sb *= c.b[d];
+      }
+      const float want = a.as<float>()[oa] * b.as<float>()[ob];
+      if (y.as<float>()[i] != want) {
+        ADD_FAILURE() << c.a.str() << " * " << c.b.str() << " element " << i << " got " << y.as<float>()[i] << " want " << want;
+        ++bad;
+      }
+    }
+  }
+}
+
 // ---- conv_channels_last -------------------------------------------------------------------------
 
 void init(OnnxModelBuilder& b, const std::string& name, std::vector<int64_t> dims, uint32_t seed) {
