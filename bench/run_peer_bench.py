@@ -4,12 +4,13 @@ and on "unseen exports" (attention written with other module code, bench/unseen_
 
   /usr/bin/python3 bench/run_peer_bench.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
       [--kiln-env NAME=VALUE ...] [--ort-config KEY=VALUE ...] [--results FILE] [--markdown FILE]
-      [--zoo | --zoo-only] [--fusion-off] [--busy]
+      [--zoo | --zoo-only] [--fusion-off] [--busy] [--baseline-engine-run PATH]
 
 --zoo adds (--zoo-only runs only) the torchvision zoo of models/torchvision_zoo.py at batch 1, each compared
 with PyTorch's output too. --fusion-off adds a third engine in every round: kiln with attention fusion off
 (`--disable-pass attention_fusion`, i.e. `fusions: {attention: off}`). --busy keeps a spinning process on one
-core for the whole run (the co-tenant case).
+core for the whole run (the co-tenant case). --baseline-engine-run PATH adds another kiln build (engine
+kiln_base, e.g. main's engine-run) to every round, so before/after ratios come from one alternated run.
 
 For each workload (model/profile) both engines get the same .onnx and the same input .npy files, and run
 IN ALTERNATION: round r runs ORT (1 warm-up + N timed runs), then kiln (engine-run: build for the input
@@ -215,6 +216,12 @@ def run_kiln_unfused(args, onnx_path, inputs, json_path, out_dir):
     return cmd + ["--disable-pass", "attention_fusion"], env
 
 
+def run_kiln_base(args, onnx_path, inputs, json_path, out_dir):
+    """A second engine-run build (--baseline-engine-run, e.g. main's) in the same alternation: before/after."""
+    cmd, env = run_kiln(args, onnx_path, inputs, json_path, out_dir)
+    return [args.baseline_engine_run] + cmd[1:], env
+
+
 def compare_dirs(test_dir, ref_dir):
     """{output file: {max_abs_err, max_abs_ref} or {error}} for every .npy in REF_DIR."""
     res = {}
@@ -259,6 +266,8 @@ def bench_workload(args, model, profile, case):
     engines = {"ort": run_ort, "kiln": run_kiln}
     if args.fusion_off:
         engines["kiln_unfused"] = run_kiln_unfused
+    if args.baseline_engine_run:
+        engines["kiln_base"] = run_kiln_base
     rec = {"workload": key, "shape": WORKLOAD_NOTES[key], "rounds": []}
     failed = {}
     for r in range(args.rounds):
@@ -465,6 +474,9 @@ def main(argv=None):
     p.add_argument("--only", action="append", default=[],
                    help="keep workloads whose model or model/profile is NAME (repeatable)")
     p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"))
+    p.add_argument("--baseline-engine-run", default=None, metavar="PATH",
+                   help="also run this engine-run (e.g. main's build) as engine kiln_base in every round, for before/after "
+                        "ratios from one alternated run (results.json: kiln_base_p50, kiln_base_p50_rounds)")
     p.add_argument("--kiln-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment variable for engine-run (repeatable)")
     p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",

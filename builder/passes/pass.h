@@ -27,6 +27,9 @@ struct PassContext {
   std::vector<AttentionSite> attention_sites;  // filled by attention_fusion, for build reports
   bool attention_required = false;   // an attention site left unfused is an error
   DimRanges dim_ranges;              // a profile's ranged symbols: what passes may prove for all of them
+  // conv_channels_last's layout, "nhwc" or "nchw8c"; empty: the build machine's
+  // (conv_activation_layout_for_host()). Tests set it to build what another CPU would.
+  std::string conv_layout;
 };
 
 struct Pass {
@@ -57,6 +60,9 @@ Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status batchnorm_folding(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);
+// The layout conv_channels_last keeps between convolutions on this machine (cpu_info(), capped by
+// KILN_MAX_CPU_ISA): "nhwc" with AVX-512, "nchw8c" without.
+const char* conv_activation_layout_for_host();
 Status dead_node_elimination(Graph& g, PassContext& ctx);
 
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from

@@ -77,8 +77,9 @@ const std::vector<Pass>& pass_pipeline() {
        "which compute the activations they can in their own epilogues",
        elementwise_fusion},
       {"conv_channels_last",
-       "keep the values flowing from FusedConv to FusedConv in NHWC, oneDNN's computing layout, so no reorder runs "
-       "between convolutions; after conv_epilogue_fusion, which creates the FusedConvs",
+       "keep the values flowing from FusedConv to FusedConv (through MaxPools and channel Concats) in oneDNN's "
+       "computing layout on the build CPU (NHWC with AVX-512, nChw8c with AVX2), so no reorder runs between "
+       "convolutions; after conv_epilogue_fusion, which creates the FusedConvs",
        conv_channels_last},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };

@@ -2,7 +2,8 @@
 // oneDNN's blocked nChw16c layout, the one its Winograd convolution computes in.
 //
 // conv_channels_last keeps the activations between FusedConvs in NHWC, the layout oneDNN's direct
-// AVX-512 convolutions compute in, before any kernel is chosen. A FusedConv that tactic selection
+// AVX-512 convolutions compute in, before any kernel is chosen (nChw8c on an AVX2 build machine,
+// where oneDNN has no Winograd convolution, so this rewrite only ever sees NHWC values). A FusedConv that tactic selection
 // puts on "onednn_winograd" computes in nChw16c instead, so between two of them an NHWC value costs
 // two reorders (out of the producer, into the reader; a third where it is also a residual), a
 // copy of every such activation on every run. This rewrite runs once the kernels are

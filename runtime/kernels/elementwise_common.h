@@ -223,6 +223,32 @@ void for_each_run(const LoopPlan& p, int64_t total, F&& fn) {
     for (int64_t r = 0; r < rows; ++r) body(r, 0, inner);
     return;
   }
+  // Short rows (a channel vector broadcast over pixels in a channels-inner layout: rows of 8) go
+  // several to an item, so the pool's per-item cost is not paid every few elements.
+  if (rows >= 64 && inner < 4096) {
+    const int64_t rows_per_item = 4096 / inner;
+    const int64_t items = (rows + rows_per_item - 1) / rows_per_item;
+    parallel_for_each(items, LoopCost{12.0 * static_cast<double>(inner * rows_per_item), 0}, [&](int64_t it) {
+      const int64_t r0 = it * rows_per_item, r1 = std::min(rows, r0 + rows_per_item);
+      // The outer indices of row r0, then an odometer: no division per row.
+      int64_t idx[kMaxRank] = {}, off[kMaxOperands] = {};
+      for (int64_t d = last - 1, row = r0; d >= 0; --d) {
+        idx[d] = row % p.dims[d];
+        row /= p.dims[d];
+        for (int k = 0; k < p.nops; ++k) off[k] += idx[d] * p.strides[k][d];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        fn(r * inner, off, inner);
+        for (int d = last - 1; d >= 0; --d) {
+          for (int k = 0; k < p.nops; ++k) off[k] += p.strides[k][d];
+          if (++idx[d] < p.dims[d]) break;
+          for (int k = 0; k < p.nops; ++k) off[k] -= p.strides[k][d] * p.dims[d];
+          idx[d] = 0;
+        }
+      }
+    });
+    return;
+  }
   const int64_t block = rows >= 64 ? inner : std::min(inner, std::max<int64_t>(4096, (total + 63) / 64 / rows));
   const int64_t per_row = (inner + block - 1) / block;
   const int64_t items = rows * per_row;
@@ -232,9 +258,10 @@ void for_each_run(const LoopPlan& p, int64_t total, F&& fn) {
   });
 }
 
-// One contiguous run of a binary op: out[i] = op(a[i*sa], b[i*sb]) with sa, sb in {0, 1}.
-template <typename A, typename B, typename O, typename Op>
-inline void binary_run(const A* a, int64_t sa, const B* b, int64_t sb, O* o, int64_t n, const Op& op) {
+// One contiguous run of a binary op: out[i] = op(a[i*sa], b[i*sb]) with sa, sb in {0, 1}. `n` may
+// be a std::integral_constant: the loops then have a trip count known at compile time.
+template <typename A, typename B, typename O, typename Op, typename N = int64_t>
+inline void binary_run(const A* a, int64_t sa, const B* b, int64_t sb, O* o, N n, const Op& op) {
   if (sa && sb) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = store_as<O>(op(Elem<A>::load(a[i]), Elem<B>::load(b[i])));
@@ -260,6 +287,13 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
   const B* pb = b.as<const B>();
   O* po = out.as<O>();
   const int64_t sa = p.strides[0][p.rank - 1], sb = p.strides[1][p.rank - 1];
+  // Rows of 8 (a channel block broadcast over pixels, nChw8c): one vector per row, unrolled.
+  if (p.inner() == 8 && p.rank > 1) {
+    for_each_run(p, out.numel(), [&](int64_t o, const int64_t* off, int64_t) {
+      binary_run(pa + off[0], sa, pb + off[1], sb, po + o, std::integral_constant<int64_t, 8>{}, op);
+    });
+    return;
+  }
   for_each_run(p, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
     binary_run(pa + off[0], sa, pb + off[1], sb, po + o, n, op);
   });

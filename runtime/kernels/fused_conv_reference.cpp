@@ -1,4 +1,4 @@
-// FusedConv's attributes, its tensor layouts (NCHW, NHWC, nChw16c: see fused_conv_common.h) and its
+// FusedConv's attributes, its tensor layouts (NCHW, NHWC, nChw8c, nChw16c: see fused_conv_common.h) and its
 // reference kernel, which every oneDNN FusedConv delegates validation, shapes and uncovered cases to.
 #include <algorithm>
 #include <cmath>
@@ -43,13 +43,8 @@ StatusOr<ConvLayout> read_layout(AttrReader& attrs, const char* name) {
   // Declared first: GCC 12 reports the string as maybe-uninitialized when the macro declares it.
   std::string v;
   KILN_ASSIGN_OR_RETURN(v, attrs.get_string(name, "nchw"));
-  if (v == "nchw") return ConvLayout::kNchw;
-  if (v == "nhwc") return ConvLayout::kNhwc;
-  if (v == "nchw16c") return ConvLayout::kNchw16c;
-  return InvalidArgument(std::string("attribute '") + name + "' must be nchw, nhwc or nchw16c, got '" + v + "'");
+  return parse_conv_layout(v, name);
 }
-
-const char* layout_name(ConvLayout l) { return l == ConvLayout::kNhwc ? "nhwc" : l == ConvLayout::kNchw16c ? "nchw16c" : "nchw"; }
 
 // The span of the inner Conv's inputs (X, W and B when given) of a FusedConv.
 std::span<const TensorView> conv_inputs(std::span<const TensorView> in) { return in.subspan(0, std::min<size_t>(in.size(), 3)); }
@@ -113,7 +108,7 @@ class FusedConvReference final : public Kernel {
       const ConvLayout l = i == 0 ? spec_.x : spec_.res;
       if (l == ConvLayout::kNchw) continue;
       if (v[i].dtype != DType::kFloat32)
-        return InvalidArgument("input " + std::to_string(i) + " is " + layout_name(l) + ", which needs float32, got " + dtype_name(v[i].dtype));
+        return InvalidArgument("input " + std::to_string(i) + " is " + conv_layout_name(l) + ", which needs float32, got " + dtype_name(v[i].dtype));
       KILN_ASSIGN_OR_RETURN(v[i].shape, conv_nchw_shape(l, v[i].shape, "input " + std::to_string(i)));
     }
     return v;
@@ -153,54 +148,82 @@ Status read_fused_spec(AttrReader& attrs, FusedSpec* spec) {
   return Status::Ok();
 }
 
+StatusOr<ConvLayout> parse_conv_layout(const std::string& v, const std::string& name) {
+  if (v == "nchw") return ConvLayout::kNchw;
+  if (v == "nhwc") return ConvLayout::kNhwc;
+  if (v == "nchw8c") return ConvLayout::kNchw8c;
+  if (v == "nchw16c") return ConvLayout::kNchw16c;
+  return InvalidArgument("attribute '" + name + "' must be nchw, nhwc, nchw8c or nchw16c, got '" + v + "'");
+}
+
+const char* conv_layout_name(ConvLayout l) {
+  switch (l) {
+    case ConvLayout::kNchw: return "nchw";
+    case ConvLayout::kNhwc: return "nhwc";
+    case ConvLayout::kNchw8c: return "nchw8c";
+    case ConvLayout::kNchw16c: return "nchw16c";
+  }
+  return "nchw";
+}
+
 StatusOr<Shape> conv_nchw_shape(ConvLayout layout, const Shape& s, const std::string& what) {
+  const int64_t b = conv_channel_block(layout);
   switch (layout) {
     case ConvLayout::kNchw: return s;
     case ConvLayout::kNhwc:
       if (s.rank() != 4) return InvalidArgument(what + " is nhwc, which needs a 4-D tensor, got " + s.str());
       return Shape{s[0], s[3], s[1], s[2]};
+    case ConvLayout::kNchw8c:
     case ConvLayout::kNchw16c:
-      if (s.rank() != 5 || s[4] != kConvChannelBlock)
-        return InvalidArgument(what + " is nchw16c, which needs a 5-D tensor [N, C/16, H, W, 16], got " + s.str());
-      return Shape{s[0], s[1] * kConvChannelBlock, s[2], s[3]};
+      if (s.rank() != 5 || s[4] != b)
+        return InvalidArgument(what + " is " + conv_layout_name(layout) + ", which needs a 5-D tensor [N, C/" + std::to_string(b) + ", H, W, " +
+                               std::to_string(b) + "], got " + s.str());
+      return Shape{s[0], s[1] * b, s[2], s[3]};
   }
   return Internal("unknown layout");
 }
 
 StatusOr<Shape> conv_layout_shape(ConvLayout layout, const Shape& s, const std::string& what) {
+  const int64_t b = conv_channel_block(layout);
   switch (layout) {
     case ConvLayout::kNchw: return s;
     case ConvLayout::kNhwc:
       if (s.rank() != 4) return InvalidArgument(what + " is nhwc, which needs a 2-D convolution, got " + s.str());
       return Shape{s[0], s[2], s[3], s[1]};
+    case ConvLayout::kNchw8c:
     case ConvLayout::kNchw16c:
-      if (s.rank() != 4 || s[1] % kConvChannelBlock != 0)
-        return InvalidArgument(what + " is nchw16c, which needs a 2-D convolution with channels divisible by 16, got " + s.str());
-      return Shape{s[0], s[1] / kConvChannelBlock, s[2], s[3], kConvChannelBlock};
+      if (s.rank() != 4 || s[1] % b != 0)
+        return InvalidArgument(what + " is " + conv_layout_name(layout) + ", which needs a 2-D convolution with channels divisible by " +
+                               std::to_string(b) + ", got " + s.str());
+      return Shape{s[0], s[1] / b, s[2], s[3], b};
   }
   return Internal("unknown layout");
 }
+
+namespace {
+
+// The offset in `layout` of element (n, c, p) of an NCHW tensor with C channels and HW pixels.
+int64_t layout_offset(ConvLayout layout, int64_t n, int64_t c, int64_t p, int64_t C, int64_t HW) {
+  if (layout == ConvLayout::kNhwc) return (n * HW + p) * C + c;
+  const int64_t b = conv_channel_block(layout);
+  if (b == 0) return (n * C + c) * HW + p;
+  return ((n * (C / b) + c / b) * HW + p) * b + c % b;
+}
+
+}  // namespace
 
 void conv_to_nchw(ConvLayout layout, const float* src, float* dst, const Shape& nchw) {
   const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < HW; ++p) {
-        const int64_t from = layout == ConvLayout::kNhwc ? (n * HW + p) * C + c
-                                                         : ((n * (C / kConvChannelBlock) + c / kConvChannelBlock) * HW + p) * kConvChannelBlock + c % kConvChannelBlock;
-        dst[(n * C + c) * HW + p] = src[from];
-      }
+      for (int64_t p = 0; p < HW; ++p) dst[(n * C + c) * HW + p] = src[layout_offset(layout, n, c, p, C, HW)];
 }
 
 void conv_from_nchw(ConvLayout layout, const float* src, float* dst, const Shape& nchw) {
   const int64_t N = nchw[0], C = nchw[1], HW = nchw[2] * nchw[3];
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < HW; ++p) {
-        const int64_t to = layout == ConvLayout::kNhwc ? (n * HW + p) * C + c
-                                                       : ((n * (C / kConvChannelBlock) + c / kConvChannelBlock) * HW + p) * kConvChannelBlock + c % kConvChannelBlock;
-        dst[to] = src[(n * C + c) * HW + p];
-      }
+      for (int64_t p = 0; p < HW; ++p) dst[layout_offset(layout, n, c, p, C, HW)] = src[(n * C + c) * HW + p];
 }
 
 StatusOr<std::unique_ptr<Kernel>> make_reference_fused_conv(const KernelArgs& args, AttrReader& attrs, FusedSpec* spec) {

@@ -1,14 +1,16 @@
 // Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
 // spatial dims (run as 3-D with trailing unit dims), and MaxPool's "vectorized" kernel: float32 1-D
 // and 2-D without Indices or dilation (a CNN stem's pool), everything else on the reference.
-// MaxPool also takes kiln's attribute layout "nhwc" (float32 2-D, no Indices; set by
-// builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C].
+// MaxPool and GlobalAveragePool also take kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
+// builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C] or
+// [N, C/8, H, W, 8], FusedConv's layouts of the same names (fused_conv_common.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/thread_pool.h"
 #include "runtime/thread_scratch.h"
@@ -181,63 +183,62 @@ StatusOr<std::unique_ptr<Kernel>> make_pool(PoolKind kind, AttrReader& attrs) {
                                                               count_include_pad != 0, storage_order, p));
 }
 
-// Copies float32 [N, A, B] into [N, B, A] (A = C and B = H*W converts NCHW to NHWC, and back).
-void swap_inner(const float* src, float* dst, int64_t n, int64_t a, int64_t b) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t x = 0; x < a; ++x)
-      for (int64_t y = 0; y < b; ++y) dst[(i * b + y) * a + x] = src[(i * a + x) * b + y];
-}
-
-// The NHWC MaxPool's reference: the NCHW reference between two transposes.
-class NhwcPoolReference final : public Kernel {
+// The NHWC / nChw8c pools' reference: the NCHW reference between two layout conversions.
+class LayoutPoolReference final : public Kernel {
  public:
-  explicit NhwcPoolReference(std::unique_ptr<Kernel> ref) : ref_(std::move(ref)) {}
+  LayoutPoolReference(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     KILN_RETURN_IF_ERROR(check_input_count(in, 1, 1));
-    if (out.size() > 1) return InvalidArgument("layout nhwc has no Indices output");
-    const Shape& x = in[0].shape;
-    if (in[0].dtype != DType::kFloat32 || x.rank() != 4)
-      return InvalidArgument("layout nhwc needs a float32 4-D input 0, got " + dtype_name(in[0].dtype) + " " + x.str());
+    const std::string name = conv_layout_name(layout_);
+    if (out.size() > 1) return InvalidArgument("layout " + name + " has no Indices output");
+    if (in[0].dtype != DType::kFloat32)
+      return InvalidArgument("layout " + name + " needs a float32 input 0, got " + dtype_name(in[0].dtype) + " " + in[0].shape.str());
     TensorView v = in[0];
-    v.shape = Shape{x[0], x[3], x[1], x[2]};
+    KILN_ASSIGN_OR_RETURN(v.shape, conv_nchw_shape(layout_, in[0].shape, "input 0"));
     KILN_RETURN_IF_ERROR(ref_->infer(std::span<const TensorView>(&v, 1), out));
-    const Shape y = out[0].shape;
-    out[0].shape = Shape{y[0], y[2], y[3], y[1]};
+    KILN_ASSIGN_OR_RETURN(out[0].shape, conv_layout_shape(layout_, out[0].shape, "output"));
     return Status::Ok();
   }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& x = in[0].shape;
-    const Shape& y = out[0].shape;
-    KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, Shape{x[0], x[3], x[1], x[2]}, "MaxPool input"));
-    KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, Shape{y[0], y[3], y[1], y[2]}, "MaxPool output"));
+    KILN_ASSIGN_OR_RETURN(xs_, conv_nchw_shape(layout_, in[0].shape, "input 0"));
+    KILN_ASSIGN_OR_RETURN(ys_, conv_nchw_shape(layout_, out[0].shape, "output"));
+    KILN_ASSIGN_OR_RETURN(x_tmp_, Tensor::try_zeros(DType::kFloat32, xs_, "MaxPool input"));
+    KILN_ASSIGN_OR_RETURN(y_tmp_, Tensor::try_zeros(DType::kFloat32, ys_, "MaxPool output"));
     const TensorView xv = x_tmp_.view(), yv = y_tmp_.view();
     return ref_->prepare(std::span<const TensorView>(&xv, 1), std::span<const TensorView>(&yv, 1));
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& x = in[0].shape;
-    const Shape& y = out[0].shape;
-    swap_inner(in[0].as<float>(), x_tmp_.as<float>(), x[0], x[1] * x[2], x[3]);
+    conv_to_nchw(layout_, in[0].as<float>(), x_tmp_.as<float>(), xs_);
     const TensorView xv = x_tmp_.view(), yv = y_tmp_.view();
     KILN_RETURN_IF_ERROR(ref_->run(std::span<const TensorView>(&xv, 1), std::span<const TensorView>(&yv, 1)));
-    swap_inner(y_tmp_.as<float>(), out[0].as<float>(), y[0], y[3], y[1] * y[2]);
+    conv_from_nchw(layout_, y_tmp_.as<float>(), out[0].as<float>(), ys_);
     return Status::Ok();
   }
 
  private:
   std::unique_ptr<Kernel> ref_;
+  ConvLayout layout_;
+  Shape xs_, ys_;
   Tensor x_tmp_, y_tmp_;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, bool* nhwc) {
-  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
+// Reads attribute layout ("nchw", "nhwc" or "nchw8c") and wraps the NCHW reference `ref` in the
+// layout conversions where it is not NCHW.
+StatusOr<std::unique_ptr<Kernel>> with_layout(std::unique_ptr<Kernel> ref, AttrReader& attrs, ConvLayout* layout) {
   // Declared first: GCC 12 reports the string as maybe-uninitialized when the macro declares it.
-  std::string layout;
-  KILN_ASSIGN_OR_RETURN(layout, attrs.get_string("layout", "nchw"));
-  if (layout != "nchw" && layout != "nhwc") return InvalidArgument("attribute 'layout' must be nchw or nhwc, got '" + layout + "'");
-  *nhwc = layout == "nhwc";
-  if (!*nhwc) return ref;
-  return std::unique_ptr<Kernel>(std::make_unique<NhwcPoolReference>(std::move(ref)));
+  std::string name;
+  KILN_ASSIGN_OR_RETURN(name, attrs.get_string("layout", "nchw"));
+  if (name != "nchw" && name != "nhwc" && name != "nchw8c")
+    return InvalidArgument("attribute 'layout' must be nchw, nhwc or nchw8c, got '" + name + "'");
+  KILN_ASSIGN_OR_RETURN(*layout, parse_conv_layout(name, "layout"));
+  if (*layout == ConvLayout::kNchw) return ref;
+  return std::unique_ptr<Kernel>(std::make_unique<LayoutPoolReference>(std::move(ref), *layout));
+}
+
+StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* layout) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
+  return with_layout(std::move(ref), attrs, layout);
 }
 
 // MaxPool in two separable passes per output row: the elementwise max of the window's input rows
@@ -246,19 +247,21 @@ StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, bool* nhwc) {
 // tenth of ResNet-18's run time.
 class VectorizedMaxPool final : public Kernel {
  public:
-  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool nhwc)
-      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), nhwc_(nhwc) {}
+  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, ConvLayout layout)
+      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), layout_(layout) {}
   // "reference" once prepare() handed the current shapes to the reference kernel.
   const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const Shape& x = in[0].shape;
-    const int n = x.rank() - 2;
+    const bool nchw = layout_ == ConvLayout::kNchw;
+    // The layouts other than NCHW are 2-D only (their shapes were checked by infer()).
+    const int n = nchw ? x.rank() - 2 : 2;
     fast_ = in[0].dtype == DType::kFloat32 && (n == 1 || n == 2) && (out.size() < 2 || !out[1].present()) &&
-            static_cast<int>(w_.kernel_shape.size()) == n && (!nhwc_ || n == 2);
+            static_cast<int>(w_.kernel_shape.size()) == n;
     if (fast_) {
-      const int64_t* spatial = x.data() + (nhwc_ ? 1 : 2);
+      const int64_t* spatial = x.data() + (layout_ == ConvLayout::kNhwc ? 1 : 2);
       KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, spatial, w_.kernel_shape.data(), n, ceil_mode_));
       for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
       // 1-D runs as 2-D with a leading unit dim.
@@ -275,7 +278,9 @@ class VectorizedMaxPool final : public Kernel {
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
-    if (nhwc_) return run_nhwc(in, out);
+    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, in[0].shape[0], in[0].shape[3]);
+    // nChw8c is NHWC with N*C/8 images of 8 channels.
+    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, in[0].shape[0] * in[0].shape[1], in[0].shape[4]);
     const WindowGeom& g = g_;
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
@@ -326,10 +331,17 @@ class VectorizedMaxPool final : public Kernel {
   }
 
  private:
-  // Channels innermost: each output pixel is the elementwise max of its window's C-vectors.
-  Status run_nhwc(std::span<const TensorView> in, std::span<const TensorView> out) {
+  // Channels innermost ([N, H, W, C]): each output pixel is the elementwise max of its window's
+  // C-vectors. nChw8c's C = 8 gets its own instance: with the width known the maximum stays in one
+  // vector register instead of going through the output row on every tap.
+  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t C) {
+    if (C == 8) return run_channels_inner_fixed<8>(in, out, N, C);
+    return run_channels_inner_fixed<0>(in, out, N, C);
+  }
+  template <int64_t kC>
+  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t c_runtime) {
+    const int64_t C = kC > 0 ? kC : c_runtime;
     const WindowGeom& g = g_;
-    const int64_t N = in[0].shape[0], C = in[0].shape[3];
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
@@ -343,13 +355,28 @@ class VectorizedMaxPool final : public Kernel {
         const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
         const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
         float* yp = y + (row * OW + ow) * C;
-        std::fill(yp, yp + C, kLowest);
-        for (int64_t h = hlo; h < hhi; ++h)
-          for (int64_t w = wlo; w < whi; ++w) {
-            const float* xp = x + ((n * H + h) * W + w) * C;
+        if constexpr (kC > 0) {
+          float acc[kC];
 #pragma omp simd
-            for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
-          }
+          for (int64_t c = 0; c < kC; ++c) acc[c] = kLowest;
+          for (int64_t h = hlo; h < hhi; ++h)
+            for (int64_t w = wlo; w < whi; ++w) {
+              const float* xp = x + ((n * H + h) * W + w) * kC;
+              // omp simd: -O2's cheap vectorizer model leaves this 8-wide loop scalar.
+#pragma omp simd
+              for (int64_t c = 0; c < kC; ++c) acc[c] = std::max(acc[c], xp[c]);
+            }
+#pragma omp simd
+          for (int64_t c = 0; c < kC; ++c) yp[c] = acc[c];
+        } else {
+          std::fill(yp, yp + C, kLowest);
+          for (int64_t h = hlo; h < hhi; ++h)
+            for (int64_t w = wlo; w < whi; ++w) {
+              const float* xp = x + ((n * H + h) * W + w) * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
+            }
+        }
       }
     });
     return Status::Ok();
@@ -358,26 +385,29 @@ class VectorizedMaxPool final : public Kernel {
   std::unique_ptr<Kernel> ref_;
   std::atomic<bool> row_failed_{false};
   WindowAttrs w_;
-  bool ceil_mode_, nhwc_;
+  bool ceil_mode_;
+  ConvLayout layout_;
   bool fast_ = false, use_ref_ = false;
   WindowGeom g_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_vectorized_max_pool(AttrReader& attrs) {
-  bool nhwc = false;
-  KILN_ASSIGN_OR_RETURN(auto ref, make_max_pool(attrs, &nhwc));
+  ConvLayout layout = ConvLayout::kNchw;
+  KILN_ASSIGN_OR_RETURN(auto ref, make_max_pool(attrs, &layout));
   WindowAttrs w;
   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
   KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
-  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0, nhwc));
+  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0, layout));
 }
 
 // GlobalAveragePool over float32 planes: each plane's mean from 16 independent partial sums (a
 // vector's lanes, so it vectorizes without reassociating one chain), combined in double. The
-// reference's generic window loop does not vectorize over a plane.
+// reference's generic window loop does not vectorize over a plane. In the layouts with channels
+// innermost (NHWC; nChw8c is NHWC over N*C/8 images of 8 channels), each image's pixels are summed
+// as channel vectors in double.
 class VectorizedGlobalAveragePool final : public Kernel {
  public:
-  explicit VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref) : ref_(std::move(ref)) {}
+  VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
   const char* impl_name() const override { return fast_ ? "vectorized" : "reference"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
@@ -388,6 +418,8 @@ class VectorizedGlobalAveragePool final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
     const Shape& x = in[0].shape;
+    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, x[0], x[1] * x[2], x[3]);
+    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, x[0] * x[1], x[2] * x[3], x[4]);
     const int64_t planes = x[0] * x[1], size = x.numel() / std::max<int64_t>(planes, 1);
     const float* src = in[0].as<float>();
     float* dst = out[0].as<float>();
@@ -408,7 +440,46 @@ class VectorizedGlobalAveragePool final : public Kernel {
   }
 
  private:
+  // [images, pixels, C] -> [images, C]; items of up to kChunk channels of one image. Float partial
+  // sums over runs of kRun pixels (vectorized across the channels), added up in double: the
+  // rounding of the NCHW path's 16 lanes, without a double conversion per element.
+  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
+                            int64_t C) {
+    if (C == 8) return run_channels_inner_fixed<8>(in, out, images, pixels, C);
+    return run_channels_inner_fixed<0>(in, out, images, pixels, C);
+  }
+  template <int64_t kFixed>
+  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
+                                  int64_t c_runtime) {
+    constexpr int64_t kChunk = kFixed > 0 ? kFixed : 64, kRun = 64;
+    const int64_t C = kFixed > 0 ? kFixed : c_runtime;
+    const int64_t chunks = (C + kChunk - 1) / kChunk;
+    const float* src = in[0].as<float>();
+    float* dst = out[0].as<float>();
+    const double per_item = static_cast<double>(pixels) * static_cast<double>(std::min(C, kChunk));
+    parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
+      const int64_t img = item / chunks, c0 = (item % chunks) * kChunk;
+      const int64_t width = kFixed > 0 ? kFixed : std::min(C, c0 + kChunk) - c0;
+      double total[kChunk] = {};
+      for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
+        float part[kChunk] = {};
+        const int64_t p1 = std::min(pixels, p0 + kRun);
+        for (int64_t p = p0; p < p1; ++p) {
+          const float* xp = src + (img * pixels + p) * C + c0;
+#pragma omp simd
+          for (int64_t c = 0; c < width; ++c) part[c] += xp[c];
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) total[c] += part[c];
+      }
+      for (int64_t c = 0; c < width; ++c)
+        dst[img * C + c0 + c] = static_cast<float>(pixels > 0 ? total[c] / static_cast<double>(pixels) : 0.0);
+    });
+    return Status::Ok();
+  }
+
   std::unique_ptr<Kernel> ref_;
+  ConvLayout layout_;
   bool fast_ = false;
 };
 
@@ -425,8 +496,8 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
-           bool nhwc;
-           return make_max_pool(a, &nhwc);
+           ConvLayout layout;
+           return make_max_pool(a, &layout);
          }});
   r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_max_pool(a); }});
   r.add({"AveragePool", "reference", 0,
@@ -434,11 +505,17 @@ void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
   r.add({"GlobalMaxPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kMax, a); }});
-  r.add({"GlobalAveragePool", "reference", 0,
-         [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kAverage, a); }});
+  // GlobalAveragePool takes attribute layout like MaxPool (squeeze-excitation between FusedConvs).
+  r.add({"GlobalAveragePool", "reference", 0, [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
+           KILN_ASSIGN_OR_RETURN(auto ref, make_global_pool(PoolKind::kAverage, a));
+           ConvLayout layout;
+           return with_layout(std::move(ref), a, &layout);
+         }});
   r.add({"GlobalAveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) -> StatusOr<std::unique_ptr<Kernel>> {
            KILN_ASSIGN_OR_RETURN(auto ref, make_global_pool(PoolKind::kAverage, a));
-           return std::unique_ptr<Kernel>(std::make_unique<VectorizedGlobalAveragePool>(std::move(ref)));
+           ConvLayout layout = ConvLayout::kNchw;
+           KILN_ASSIGN_OR_RETURN(ref, with_layout(std::move(ref), a, &layout));
+           return std::unique_ptr<Kernel>(std::make_unique<VectorizedGlobalAveragePool>(std::move(ref), layout));
          }});
   r.add({"GlobalLpPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kLp, a); }});

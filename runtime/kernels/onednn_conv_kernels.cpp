@@ -1,10 +1,10 @@
 // float32 1-D/2-D Conv and FusedConv on oneDNN's convolution primitive.
 //
-// FusedConv (fused_conv_common.h: act(Conv(X, W, B) + residual), X/residual/Y in NCHW, NHWC or
-// nChw16c) runs as ONE convolution: the residual is a sum post-op and Relu an eltwise post-op.
+// FusedConv (fused_conv_common.h: act(Conv(X, W, B) + residual), X/residual/Y in NCHW, NHWC,
+// nChw8c or nChw16c) runs as ONE convolution: the residual is a sum post-op and Relu an eltwise post-op.
 //
-// oneDNN's AVX-512 convolutions are several times faster on NHWC or blocked layouts than on NCHW,
-// so the primitive picks its own src/dst layouts and the kernel reorders around it where the
+// oneDNN's convolutions are several times faster on NHWC or blocked layouts than on NCHW (AVX-512:
+// NHWC; AVX2: nChw8c), so the primitive picks its own src/dst layouts and the kernel reorders around it where the
 // tensors' layouts differ: X into the primitive's layout, the residual into the primitive's output
 // (which the sum post-op then accumulates onto) and the result into Y's layout. Between
 // FusedConvs kept in the layout the primitive computes in, no reorder runs at all.
@@ -45,7 +45,15 @@ using tag = memory::format_tag;
 
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
 
-tag layout_tag(ConvLayout l) { return l == ConvLayout::kNhwc ? tag::nhwc : l == ConvLayout::kNchw16c ? tag::nChw16c : tag::nchw; }
+tag layout_tag(ConvLayout l) {
+  switch (l) {
+    case ConvLayout::kNchw: return tag::nchw;
+    case ConvLayout::kNhwc: return tag::nhwc;
+    case ConvLayout::kNchw8c: return tag::nChw8c;
+    case ConvLayout::kNchw16c: return tag::nChw16c;
+  }
+  return tag::nchw;
+}
 
 enum class ConvAlgo { kDirect, kDirectBf16, kWinograd };
 
