@@ -36,7 +36,7 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 
-tag layout_tag(ConvLayout l) { return l == ConvLayout::kNhwc ? tag::nhwc : l == ConvLayout::kNchw16c ? tag::nChw16c : tag::nchw; }
+tag layout_tag(ConvLayout l) { return onednn_conv_tag(l); }
 
 // Per-output-channel symmetric scales of W [M, R] (R = C/group * kernel size): the largest
 // |W[m, :]| maps to `levels`; an all-zero channel gets scale 1 (zeros either way).

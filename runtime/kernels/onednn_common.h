@@ -8,8 +8,12 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "runtime/kernel.h"
+#include "runtime/kernels/fused_conv_common.h"
 
 namespace kiln {
+
+// oneDNN's format tag of a FusedConv tensor layout (the fp32 and int8 convolutions share it).
+dnnl::memory::format_tag onednn_conv_tag(ConvLayout l);
 
 // The process-wide CPU engine.
 const dnnl::engine& onednn_engine();

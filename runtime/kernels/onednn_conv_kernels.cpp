@@ -45,15 +45,7 @@ using tag = memory::format_tag;
 
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
 
-tag layout_tag(ConvLayout l) {
-  switch (l) {
-    case ConvLayout::kNchw: return tag::nchw;
-    case ConvLayout::kNhwc: return tag::nhwc;
-    case ConvLayout::kNchw8c: return tag::nChw8c;
-    case ConvLayout::kNchw16c: return tag::nChw16c;
-  }
-  return tag::nchw;
-}
+tag layout_tag(ConvLayout l) { return onednn_conv_tag(l); }
 
 enum class ConvAlgo { kDirect, kDirectBf16, kWinograd };
 
@@ -273,6 +265,16 @@ void register_onednn_conv_kernels(KernelRegistry& r) {
   // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
   // discontinued Xeon Phi line has all four).
   r.add_kiln_op({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
+}
+
+dnnl::memory::format_tag onednn_conv_tag(ConvLayout l) {
+  switch (l) {
+    case ConvLayout::kNchw: return tag::nchw;
+    case ConvLayout::kNhwc: return tag::nhwc;
+    case ConvLayout::kNchw8c: return tag::nChw8c;
+    case ConvLayout::kNchw16c: return tag::nChw16c;
+  }
+  return tag::nchw;
 }
 
 }  // namespace kiln

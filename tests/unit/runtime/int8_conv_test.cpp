@@ -13,6 +13,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernel_runner.h"
+#include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/fused_matmul_int8.h"
 
 namespace kiln {
@@ -40,28 +41,26 @@ double activation(const std::string& act, double v) {
 struct Case {
   int64_t N, C, H, W, M, kh, kw, stride, dil, group;
   std::vector<int64_t> pads;  // top, left, bottom, right (1-D: left, right)
-  bool bias, residual, a_unsigned, nhwc;
+  bool bias, residual, a_unsigned;
+  const char* layout;  // of X, the residual and Y: nchw, nhwc or nchw8c
   std::string act;
   bool one_d = false;
 };
 
-// NCHW [N, C, H, W] <-> NHWC copies.
-Tensor to_nhwc(const Tensor& t) {
-  const Shape& s = t.shape();
+// NCHW [N, C, H, W] <-> the case's layout.
+Tensor to_layout(const Tensor& t, const char* layout) {
+  const ConvLayout l = parse_conv_layout(layout, "layout").value();
+  if (l == ConvLayout::kNchw || t.empty()) return t;
+  const Shape s = conv_layout_shape(l, t.shape(), "test tensor").value();
   std::vector<float> v(static_cast<size_t>(s.numel()));
-  const float* x = t.as<float>();
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t p = 0; p < s[2] * s[3]; ++p) v[(n * s[2] * s[3] + p) * s[1] + c] = x[(n * s[1] + c) * s[2] * s[3] + p];
-  return Tensor::from_vector<float>(v, {s[0], s[2], s[3], s[1]});
+  conv_from_nchw(l, t.as<float>(), v.data(), t.shape());
+  return Tensor::from_vector<float>(v, s);
 }
-std::vector<double> from_nhwc(const float* y, const Shape& nchw) {
-  std::vector<double> v(static_cast<size_t>(nchw.numel()));
-  const int64_t C = nchw[1], HW = nchw[2] * nchw[3];
-  for (int64_t n = 0; n < nchw[0]; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < HW; ++p) v[(n * C + c) * HW + p] = y[(n * HW + p) * C + c];
-  return v;
+std::vector<double> from_layout(const float* y, const Shape& nchw, const char* layout) {
+  const ConvLayout l = parse_conv_layout(layout, "layout").value();
+  std::vector<float> v(y, y + nchw.numel());
+  if (l != ConvLayout::kNchw) conv_to_nchw(l, y, v.data(), nchw);
+  return std::vector<double>(v.begin(), v.end());
 }
 
 // The int8 convolution in double; inputs NCHW (X, W, B or empty, residual or empty).
@@ -130,34 +129,36 @@ StatusOr<std::unique_ptr<Kernel>> make(const Case& c, const std::string& impl, i
     attrs["activation_alpha"] = Attribute::Float(-0.25f);
     attrs["activation_beta"] = Attribute::Float(0.5f);
   }
-  if (c.nhwc)
-    for (const char* a : {"x_layout", "residual_layout", "y_layout"}) attrs[a] = Attribute::String("nhwc");
+  for (const char* a : {"x_layout", "residual_layout", "y_layout"}) attrs[a] = Attribute::String(c.layout);
   return KernelRegistry::builtin().create(args, attrs, impl);
 }
 
 TEST(FusedConvInt8, MatchesTheSimulatedQuantizationAtAwkwardShapes) {
   const Case cases[] = {
       // resnet's first conv: 3 channels, 7x7, stride 2, signed input
-      {1, 3, 17, 15, 5, 7, 7, 2, 1, 1, {3, 3, 3, 3}, true, false, false, false, "relu"},
-      {2, 5, 9, 11, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, true, true, false, "none"},
+      {1, 3, 17, 15, 5, 7, 7, 2, 1, 1, {3, 3, 3, 3}, true, false, false, "nchw", "relu"},
+      {2, 5, 9, 11, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, true, true, "nchw", "none"},
       // depthwise
-      {2, 17, 8, 9, 17, 3, 3, 1, 1, 17, {1, 1, 1, 1}, true, false, false, false, "clip"},
-      {1, 16, 11, 10, 32, 3, 3, 2, 1, 16, {1, 1, 1, 1}, false, true, true, false, "relu"},
+      {2, 17, 8, 9, 17, 3, 3, 1, 1, 17, {1, 1, 1, 1}, true, false, false, "nchw", "clip"},
+      {1, 16, 11, 10, 32, 3, 3, 2, 1, 16, {1, 1, 1, 1}, false, true, true, "nchw", "relu"},
       // groups, stride 2, dilation 2, asymmetric pads
-      {1, 12, 10, 13, 18, 3, 3, 2, 2, 3, {1, 0, 2, 1}, false, true, true, false, "silu"},
+      {1, 12, 10, 13, 18, 3, 3, 2, 2, 3, {1, 0, 2, 1}, false, true, true, "nchw", "silu"},
       // 1x1 (the downsample of a residual block), NHWC between convs
-      {2, 32, 7, 7, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, true, true, true, "relu"},
-      {1, 16, 6, 5, 24, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, false, false, false, "hardswish"},
-      {2, 24, 9, 9, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, true, true, true, "none"},
-      {1, 8, 5, 6, 9, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, false, false, false, "sigmoid"},
-      {1, 8, 5, 6, 9, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, true, true, false, "gelu_erf"},
-      {2, 6, 1, 20, 7, 1, 5, 2, 1, 1, {2, 2}, true, true, false, false, "gelu_tanh", true},
+      {2, 32, 7, 7, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, true, true, "nhwc", "relu"},
+      {1, 16, 6, 5, 24, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, false, false, "nchw", "hardswish"},
+      {2, 24, 9, 9, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, true, true, "nhwc", "none"},
+      {1, 8, 5, 6, 9, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, false, false, "nchw", "sigmoid"},
+      {1, 8, 5, 6, 9, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, true, true, "nchw", "gelu_erf"},
+      {2, 6, 1, 20, 7, 1, 5, 2, 1, 1, {2, 2}, true, true, false, "nchw", "gelu_tanh", true},
+      // nChw8c between convs (AVX2 builds): u8 1x1 with a residual, s8 3x3
+      {2, 16, 7, 7, 32, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, true, true, "nchw8c", "relu"},
+      {1, 8, 6, 7, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, false, false, "nchw8c", "silu"},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {
     SCOPED_TRACE("N=" + std::to_string(c.N) + " C=" + std::to_string(c.C) + " M=" + std::to_string(c.M) + " k=" + std::to_string(c.kh) +
                  "x" + std::to_string(c.kw) + " s=" + std::to_string(c.stride) + " d=" + std::to_string(c.dil) +
-                 " g=" + std::to_string(c.group) + " " + c.act + (c.a_unsigned ? " u8" : " s8") + (c.nhwc ? " nhwc" : ""));
+                 " g=" + std::to_string(c.group) + " " + c.act + (c.a_unsigned ? " u8" : " s8") + " " + c.layout);
     const Shape xs = c.one_d ? Shape{c.N, c.C, c.W} : Shape{c.N, c.C, c.H, c.W};
     const Shape wsh = c.one_d ? Shape{c.M, c.C / c.group, c.kw} : Shape{c.M, c.C / c.group, c.kh, c.kw};
     const Tensor x = random_f32(xs, seed++, c.a_unsigned ? 0.0f : -1.0f, 1.0f);
@@ -167,7 +168,7 @@ TEST(FusedConvInt8, MatchesTheSimulatedQuantizationAtAwkwardShapes) {
     const int num_inputs = c.residual ? 4 : c.bias ? 3 : 2;
     // The calibrated range clips a little: some |X| exceed the threshold 0.9 and saturate.
     const float a_scale = 0.9f / 127.0f;
-    auto probe = make({c.N, c.C, c.H, c.W, c.M, c.kh, c.kw, c.stride, c.dil, c.group, c.pads, c.bias, false, false, false, "none", c.one_d},
+    auto probe = make({c.N, c.C, c.H, c.W, c.M, c.kh, c.kw, c.stride, c.dil, c.group, c.pads, c.bias, false, false, "nchw", "none", c.one_d},
                       "reference", 3, a_scale);
     ASSERT_TRUE(probe.ok()) << probe.status().message();
     std::vector<TensorView> pv{x.view(), w.view(), b.empty() ? TensorView() : b.view()};
@@ -184,7 +185,7 @@ TEST(FusedConvInt8, MatchesTheSimulatedQuantizationAtAwkwardShapes) {
     }();
     const std::vector<double> want = expected(c4, x, w, b, r, a_scale, ys4);
 
-    std::vector<Tensor> in{c.nhwc ? to_nhwc(x) : x, w, b, c.residual && c.nhwc ? to_nhwc(r) : r};
+    std::vector<Tensor> in{to_layout(x, c.layout), w, b, to_layout(r, c.layout)};
     std::vector<TensorView> views;
     for (int i = 0; i < num_inputs; ++i) views.push_back(in[i].empty() ? TensorView() : in[i].view());
     auto k = make(c, "onednn_int8", num_inputs, a_scale);
@@ -197,12 +198,8 @@ TEST(FusedConvInt8, MatchesTheSimulatedQuantizationAtAwkwardShapes) {
     auto f32 = run_kernel_once(**ref, views, 1);
     ASSERT_TRUE(f32.ok()) << f32.status().message();
     const Shape& ys = (*py)[0].shape();
-    std::vector<double> y(got->at(0).as<float>(), got->at(0).as<float>() + want.size());
-    std::vector<double> yf(f32->at(0).as<float>(), f32->at(0).as<float>() + want.size());
-    if (c.nhwc) {
-      y = from_nhwc(got->at(0).as<float>(), ys);
-      yf = from_nhwc(f32->at(0).as<float>(), ys);
-    }
+    const std::vector<double> y = from_layout(got->at(0).as<float>(), ys, c.layout);
+    const std::vector<double> yf = from_layout(f32->at(0).as<float>(), ys, c.layout);
     double worst = 0, worst_vs_f32 = 0, scale = 1;
     for (size_t i = 0; i < want.size(); ++i) {
       worst = std::max(worst, std::fabs(y[i] - want[i]) / std::max(1.0, std::fabs(want[i])));
@@ -218,7 +215,7 @@ TEST(FusedConvInt8, MatchesTheSimulatedQuantizationAtAwkwardShapes) {
 }
 
 TEST(FusedConvInt8, BadAttributesAreErrors) {
-  const Case c{1, 4, 5, 5, 4, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, false, false, false, "none"};
+  const Case c{1, 4, 5, 5, 4, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, false, false, "nchw", "none"};
   for (float bad : {0.0f, -1.0f, NAN}) {
     auto k = make(c, "onednn_int8", 2, bad);
     ASSERT_FALSE(k.ok());
