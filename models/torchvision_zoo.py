@@ -46,7 +46,15 @@ FIXED_224 = {"vit_b_16", "swin_t"}
 
 def build(name):
     torch.manual_seed(0)
-    return perturb_norms(ZOO[name][0](), seed=1).eval()
+    model = perturb_norms(ZOO[name][0](), seed=1)
+    # Parameters torchvision initialises to zero (vit_b_16's classifier head) would make every
+    # logit 0, and a comparison with PyTorch would pass whatever the engine computed.
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() > 1 and not p.any():
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+    return model.eval()
 
 
 def image(size, seed=7):
