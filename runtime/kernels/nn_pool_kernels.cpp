@@ -494,6 +494,106 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 
 }  // namespace
 
+// AveragePool over NCHW float32 planes, 1-D and 2-D without dilation: per output row the window's
+// input rows summed into a row buffer (contiguous, so it vectorizes), then the strided horizontal
+// sums, as VectorizedMaxPool does. The reference's generic loop (a double per tap, bounds checks)
+// took 2.4 ms for one of DenseNet-121's 2x2 transition pools, 40x ONNX Runtime's time. The divisor
+// is the reference's: the taps inside the input, or with count_include_pad those inside the
+// padded input.
+class VectorizedAveragePool final : public Kernel {
+ public:
+  VectorizedAveragePool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool count_include_pad)
+      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), count_include_pad_(count_include_pad) {}
+  const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
+
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    const Shape& x = in[0].shape;
+    const int n = x.rank() - 2;
+    fast_ = in[0].dtype == DType::kFloat32 && (n == 1 || n == 2) && static_cast<int>(w_.kernel_shape.size()) == n;
+    if (fast_) {
+      KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, x.data() + 2, w_.kernel_shape.data(), n, ceil_mode_));
+      for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
+      if (n == 1) {  // as 2-D with a leading unit dim
+        std::swap(g_.in[0], g_.in[1]);
+        std::swap(g_.out[0], g_.out[1]);
+        std::swap(g_.k[0], g_.k[1]);
+        std::swap(g_.stride[0], g_.stride[1]);
+        std::swap(g_.pad_begin[0], g_.pad_begin[1]);
+        std::swap(g_.pad_end[0], g_.pad_end[1]);
+      }
+    }
+    use_ref_ = !fast_;
+    return fast_ ? Status::Ok() : ref_->prepare(in, out);
+  }
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (!fast_) return ref_->run(in, out);
+    const WindowGeom& g = g_;
+    const int64_t planes = in[0].shape[0] * in[0].shape[1];
+    const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+    const float* x = in[0].as<float>();
+    float* y = out[0].as<float>();
+    const double taps = static_cast<double>(OH) * static_cast<double>(g.k[0] * W + g.k[1] * OW);
+    const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OH * OW), taps};
+    ThreadPool::global().parallel_for(planes, cost, [&](int64_t pl_begin, int64_t pl_end, int) {
+      float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W, 1))));
+      if (!row) {
+        row_failed_.store(true, std::memory_order_relaxed);
+        return;
+      }
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
+        const float* xp = x + pl * H * W;
+        float* yp = y + pl * OH * OW;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
+          const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
+          const int64_t hpad = std::min(h0 + g.k[0], H + g.pad_end[0]) - h0;
+          float* yr = yp + oh * OW;
+          if (hlo >= hhi) {
+            std::fill(yr, yr + OW, 0.0f);
+            continue;
+          }
+          std::copy(xp + hlo * W, xp + hlo * W + W, row);
+          for (int64_t h = hlo + 1; h < hhi; ++h) {
+            const float* xr = xp + h * W;
+            float* r = row;
+#pragma omp simd
+            for (int64_t w = 0; w < W; ++w) r[w] += xr[w];
+          }
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
+            const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
+            const int64_t wpad = std::min(w0 + g.k[1], W + g.pad_end[1]) - w0;
+            float sum = 0.0f;
+            for (int64_t w = wlo; w < whi; ++w) sum += row[w];
+            const int64_t div = count_include_pad_ ? hpad * wpad : (hhi - hlo) * std::max<int64_t>(whi - wlo, 0);
+            yr[ow] = div > 0 ? sum / static_cast<float>(div) : 0.0f;
+          }
+        }
+      }
+    });
+    if (row_failed_.exchange(false, std::memory_order_relaxed)) return ResourceExhausted("average pool: out of memory for a row buffer");
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<Kernel> ref_;
+  std::atomic<bool> row_failed_{false};
+  WindowAttrs w_;
+  bool ceil_mode_, count_include_pad_;
+  bool fast_ = false, use_ref_ = false;
+  WindowGeom g_;
+};
+
+StatusOr<std::unique_ptr<Kernel>> make_vectorized_average_pool(AttrReader& attrs) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kAverage, attrs));
+  WindowAttrs w;
+  KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+  KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t count_include_pad, attrs.get_int("count_include_pad", 0));
+  return std::unique_ptr<Kernel>(std::make_unique<VectorizedAveragePool>(std::move(ref), std::move(w), ceil_mode != 0, count_include_pad != 0));
+}
+
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
            ConvLayout layout;
@@ -502,6 +602,7 @@ void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_max_pool(a); }});
   r.add({"AveragePool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kAverage, a); }});
+  r.add({"AveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_average_pool(a); }});
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
   r.add({"GlobalMaxPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kMax, a); }});

@@ -297,6 +297,51 @@ TEST(VectorizedMaxPool, MatchesReferenceAtAwkwardShapes) {
   }
 }
 
+// Every divisor rule: windows clipped by pads and by ceil mode, with and without count_include_pad.
+TEST(VectorizedAveragePool, MatchesReferenceAtAwkwardShapes) {
+  struct PoolCase {
+    Shape x;
+    std::vector<int64_t> kernel, strides, pads;
+    int64_t ceil_mode, count_include_pad;
+  };
+  const PoolCase cases[] = {
+      {Shape{1, 128, 56, 56}, {2, 2}, {2, 2}, {}, 0, 0},          // DenseNet's transition
+      {Shape{3, 5, 13, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0, 0},  // odd sizes, batch 3, pads excluded
+      {Shape{3, 5, 13, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0, 1},  // pads counted
+      {Shape{2, 3, 10, 9}, {2, 3}, {2, 3}, {}, 1, 0},             // ceil mode: windows past the end
+      {Shape{2, 3, 10, 9}, {3, 3}, {2, 2}, {1, 0, 0, 1}, 1, 1},   // ceil mode past the padded end, counted
+      {Shape{1, 4, 7, 8}, {3, 2}, {1, 2}, {2, 0, 1, 1}, 0, 1},    // asymmetric pads
+      {Shape{1, 2, 5, 5}, {5, 5}, {1, 1}, {}, 0, 0},              // one window covering everything
+      {Shape{2, 3, 17}, {4}, {3}, {1, 2}, 1, 1},                  // 1-D
+      {Shape{0, 3, 8, 8}, {2, 2}, {2, 2}, {}, 0, 0},              // zero batch
+  };
+  uint32_t seed = 170;
+  for (const auto& c : cases) {
+    AttrMap attrs{{"kernel_shape", Attribute::Ints(c.kernel)}, {"ceil_mode", Attribute::Int(c.ceil_mode)},
+                  {"count_include_pad", Attribute::Int(c.count_include_pad)}};
+    if (!c.strides.empty()) attrs["strides"] = Attribute::Ints(c.strides);
+    if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
+    const std::string what = c.x.str() + (c.count_include_pad ? " count_include_pad" : "") + (c.ceil_mode ? " ceil" : "");
+    const Tensor x = random_f32(c.x, seed++);
+    auto k = make("AveragePool", attrs, 1, "vectorized");
+    ASSERT_TRUE(k);
+    const TensorView xv = x.view();
+    auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_STREQ(k->impl_name(), "vectorized") << what;
+    auto want = run_op_once("AveragePool", attrs, {x}, 1, "reference");
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    expect_close((*got)[0], (*want)[0], 1e-6, 1e-6, what);
+  }
+  // Dilation runs on the reference.
+  const AttrMap dilated{{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}};
+  auto k = make("AveragePool", dilated, 1, "vectorized");
+  const Tensor x = random_f32(Shape{1, 2, 7, 7}, 3);
+  const TensorView xv = x.view();
+  ASSERT_TRUE(run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1).ok());
+  EXPECT_STREQ(k->impl_name(), "reference");
+}
+
 TEST(VectorizedGlobalAveragePool, MatchesReferenceAtAwkwardShapes) {
   // Planes smaller than, equal to and not a multiple of the 16 partial sums; 1-D and 3-D; zero batch;
   // ResNet-18's head; one large plane (parallel over planes only past 65536 elements).
