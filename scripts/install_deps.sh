@@ -11,7 +11,9 @@ PACKAGES=(
   python3-dev python3-pybind11 pybind11-dev   # the Python package kiln (python/)
   # engine-perf: history in SQLite, JSON, its command line, file hashes; the dashboard's browser test
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libssl-dev chromium
-  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh
+  # clang builds the fuzz targets (scripts/fuzz.sh) and the ASan+UBSan tree CI runs: libFuzzer and
+  # the sanitizer runtimes, and LLVM's OpenMP runtime for its -fopenmp
+  clang libclang-rt-14-dev libomp-dev
 )
 command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 missing=()
