@@ -77,7 +77,8 @@ RunRecord make_record(const std::string& engine_path, const Side& s, const Layer
 
 int ab_looks(int rounds, int max_rounds) {
   if (rounds < 1) return 1;
-  return 1 + std::max(0, (max_rounds - rounds + rounds - 1) / rounds);
+  const int extra_rounds = std::max(0, max_rounds - rounds);
+  return 1 + (extra_rounds + rounds - 1) / rounds;  // the first look, then one per (partial) batch
 }
 
 StatusOr<AbResult> run_ab(const std::string& engine_a, const std::string& engine_b, const AbOptions& opts,
