@@ -1,7 +1,8 @@
 // f32 GEMM timings (Google benchmark; not a test): kiln's oneDNN MatMul kernel at the 1024^3
 // peak shape engine-build measures, and oneDNN against the panel kernel at the ControlTransformer
 // step's linear-layer shapes (274 rows against 384x384, 384x1536 and 1536x384 weights), the full
-// forward's 1644 rows and a decoder's single row. "cold" variants read their weights from one of
+// forward's 1644 rows, a decoder's single row, and ResNet-18's 3x3 convolutions as im2col GEMMs (FusedConv
+// impl im2col_panel). "cold" variants read their weights from one of
 // several copies in turn, as a model's layers do. A GFLOP/s counter per benchmark; `engine-perf import` takes its JSON output.
 //
 //   gemm-bench [--benchmark_filter=panel] [--benchmark_repetitions=10 --benchmark_enable_random_interleaving=true]
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -102,6 +104,9 @@ void shapes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 274, 1644})
     for (auto [k, n] : {std::pair<int64_t, int64_t>{384, 384}, {384, 1536}, {1536, 384}})
       for (int64_t cold : {0, 1}) b->Args({m, k, n, cold});
+  // ResNet-18's 3x3 convolutions as im2col GEMMs: output pixels x (9 * in channels) x out channels.
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{49, 4608, 512}, {196, 2304, 256}, {784, 1152, 128}, {3136, 576, 64}})
+    b->Args({m, k, n, 1});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 

@@ -111,6 +111,7 @@ void register_onednn_conv_kernels(KernelRegistry& r);
 void register_fused_matmul_kernels(KernelRegistry& r);
 void register_fused_matmul_int8_kernels(KernelRegistry& r);
 void register_fused_conv_int8_kernels(KernelRegistry& r);
+void register_im2col_conv_kernels(KernelRegistry& r);  // im2col_conv_kernels.cpp: FusedConv on the panel GEMM
 
 // FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.
 StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs);

@@ -1,0 +1,282 @@
+// FusedConv impl "im2col_panel": the convolution as one GEMM on kiln's panel kernel
+// (runtime/kernels/panel_gemm.h). Each output pixel's receptive field is copied into a row of A
+// [N*OH*OW, KH*KW*C] (im2col, channels innermost, so a pixel's channels are one contiguous copy in
+// NHWC and one per channel block in nChw8c/nChw16c), W is packed once as [KH*KW*C, OC] panels
+// (shared by every context of the engine), and the epilogue (residual, activation, Y's layout) runs
+// over the GEMM's [pixels, OC] rows.
+//
+// It exists for the convolutions oneDNN's direct AVX2 kernels run far below peak: few output pixels
+// against many weights (ResNet's last stage: 7x7 pixels, 512x512x3x3 weights, 9.4 MB read from
+// memory every run), which is the panel kernel's weight-streaming shape. Where the pixels are many,
+// the im2col copy (KH*KW times the input) costs more than it saves and oneDNN wins. It ranks below
+// "onednn", so tactic selection runs it only where it times faster. Groups other than 1, non-float32
+// data and 3-D convolutions run the reference (which tactic selection reports as unavailable).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "runtime/kernels/fused_conv_common.h"
+#include "runtime/kernels/nn_common.h"
+#include "runtime/kernels/onednn_common.h"
+#include "runtime/kernels/packed_weights.h"
+#include "runtime/kernels/panel_gemm.h"
+#include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln {
+
+namespace {
+
+// Reads one pixel's C channels of a 2-D tensor [N, C, H, W] stored in `layout` into dst[0..C).
+struct PixelReader {
+  ConvLayout layout;
+  int64_t C, H, W;
+  void read(const float* x, int64_t n, int64_t h, int64_t w, float* dst) const {
+    const int64_t block = conv_channel_block(layout);
+    switch (layout) {
+      case ConvLayout::kNhwc: std::memcpy(dst, x + ((n * H + h) * W + w) * C, sizeof(float) * static_cast<size_t>(C)); return;
+      case ConvLayout::kNchw: {
+        const float* p = x + (n * C * H + h) * W + w;
+        for (int64_t c = 0; c < C; ++c) dst[c] = p[c * H * W];
+        return;
+      }
+      case ConvLayout::kNchw8c:
+      case ConvLayout::kNchw16c: {
+        const int64_t blocks = C / block;
+        const float* p = x + ((n * blocks * H + h) * W + w) * block;
+        for (int64_t b = 0; b < blocks; ++b)
+          std::memcpy(dst + b * block, p + b * H * W * block, sizeof(float) * static_cast<size_t>(block));
+        return;
+      }
+    }
+  }
+  // The inverse: src[0..C) into the pixel of y.
+  void write(const float* src, float* y, int64_t n, int64_t h, int64_t w) const {
+    const int64_t block = conv_channel_block(layout);
+    switch (layout) {
+      case ConvLayout::kNhwc: std::memcpy(y + ((n * H + h) * W + w) * C, src, sizeof(float) * static_cast<size_t>(C)); return;
+      case ConvLayout::kNchw: {
+        float* p = y + (n * C * H + h) * W + w;
+        for (int64_t c = 0; c < C; ++c) p[c * H * W] = src[c];
+        return;
+      }
+      case ConvLayout::kNchw8c:
+      case ConvLayout::kNchw16c: {
+        const int64_t blocks = C / block;
+        float* p = y + ((n * blocks * H + h) * W + w) * block;
+        for (int64_t b = 0; b < blocks; ++b)
+          std::memcpy(p + b * H * W * block, src + b * block, sizeof(float) * static_cast<size_t>(block));
+        return;
+      }
+    }
+  }
+};
+
+// A 2-D window's geometry; 1-D convolutions are 2-D ones of unit height.
+struct Geom2d {
+  int64_t in[2], out[2], k[2], stride[2], dil[2], pad_begin[2];
+  static Geom2d of(const WindowGeom& g) {
+    Geom2d r;
+    const int h = g.n == 2 ? 0 : -1, w = g.n - 1;
+    auto two = [&](const int64_t* v, int64_t unit, int64_t* dst) {
+      dst[0] = h < 0 ? unit : v[h];
+      dst[1] = v[w];
+    };
+    two(g.in, 1, r.in);
+    two(g.out, 1, r.out);
+    two(g.k, 1, r.k);
+    two(g.stride, 1, r.stride);
+    two(g.dil, 1, r.dil);
+    two(g.pad_begin, 0, r.pad_begin);
+    return r;
+  }
+};
+
+bool vec_activation(ConvAct act, vec::Unary* op) {
+  switch (act) {
+    case ConvAct::kNone: return false;
+    case ConvAct::kRelu: *op = vec::Unary::kRelu; return true;
+    case ConvAct::kSilu: *op = vec::Unary::kSilu; return true;
+    case ConvAct::kSigmoid: *op = vec::Unary::kSigmoid; return true;
+    case ConvAct::kHardSwish: *op = vec::Unary::kHardSwish; return true;
+    case ConvAct::kClip: *op = vec::Unary::kClip; return true;
+    case ConvAct::kGeluErf: *op = vec::Unary::kGeluErf; return true;
+    case ConvAct::kGeluTanh: *op = vec::Unary::kGeluTanh; return true;
+  }
+  return false;
+}
+
+class Im2colConvKernel final : public Kernel {
+ public:
+  Im2colConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec)
+      : ref_(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec) {}
+  const char* impl_name() const override { return use_ref_ ? "reference" : "im2col_panel"; }
+  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
+
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    KILN_ASSIGN_OR_RETURN(const Shape xs, conv_nchw_shape(spec_.x, in[0].shape, "input 0"));
+    const Shape& ws = in[1].shape;
+    const int n = xs.rank() - 2;
+    use_ref_ = !panel_gemm::supported() || group_ != 1 || (n != 1 && n != 2) || in[0].dtype != DType::kFloat32 ||
+               in[1].dtype != DType::kFloat32 || xs.numel() == 0 || ws.numel() == 0 || out[0].numel() == 0;
+    if (use_ref_) return ref_->prepare(in, out);
+    KILN_ASSIGN_OR_RETURN(const WindowGeom wg, forward_window_geometry(w_, xs.data() + 2, ws.data() + 2, n, false));
+    g_ = Geom2d::of(wg);
+    batch_ = xs[0];
+    channels_ = xs[1];
+    out_channels_ = ws[0];
+    rows_ = batch_ * g_.out[0] * g_.out[1];
+    depth_ = g_.k[0] * g_.k[1] * channels_;
+    has_bias_ = in.size() > 2 && in[2].present();
+    has_res_ = in.size() > 3 && in[3].present();
+    // A 1x1, stride-1, unpadded convolution of NHWC input reads X itself as A.
+    // (Output size = input size there, so no end padding either.)
+    direct_a_ = spec_.x == ConvLayout::kNhwc && g_.k[0] == 1 && g_.k[1] == 1 && g_.stride[0] == 1 && g_.stride[1] == 1 &&
+                g_.pad_begin[0] == 0 && g_.pad_begin[1] == 0 && g_.out[0] == g_.in[0] && g_.out[1] == g_.in[1];
+    // The GEMM writes Y itself when Y is NHWC; the residual joins it there when it is NHWC too.
+    y_direct_ = spec_.y == ConvLayout::kNhwc;
+    res_in_gemm_ = has_res_ && y_direct_ && spec_.res == ConvLayout::kNhwc;
+    has_act_ = vec_activation(spec_.act, &act_op_);
+
+    if (!packed_ || packed_src_ != in[1].data) {
+      const int64_t K = depth_, N = out_channels_, C = channels_, KH = g_.k[0], KW = g_.k[1];
+      const std::string layout = "im2col_panel" + std::to_string(panel_gemm::kPanelCols) + ":" + ws.str();
+      const size_t bytes = sizeof(float) * static_cast<size_t>(panel_gemm::packed_floats(K, N));
+      const float* w = in[1].as<const float>();
+      KILN_ASSIGN_OR_RETURN(packed_, shared_packed_weights(w, in[1].nbytes(), layout, bytes, [&](void* dst) {
+                              // W [OC, C, KH, KW] as [KH*KW*C, OC]: row (i * KW + j) * C + c.
+                              std::vector<float> wk(static_cast<size_t>(K * N));
+                              for (int64_t oc = 0; oc < N; ++oc)
+                                for (int64_t c = 0; c < C; ++c)
+                                  for (int64_t i = 0; i < KH; ++i)
+                                    for (int64_t j = 0; j < KW; ++j)
+                                      wk[static_cast<size_t>(((i * KW + j) * C + c) * N + oc)] = w[((oc * C + c) * KH + i) * KW + j];
+                              panel_gemm::pack(wk.data(), K, N, static_cast<float*>(dst));
+                              return Status::Ok();
+                            }));
+      packed_src_ = in[1].data;
+    }
+    const size_t a_floats = direct_a_ ? 0 : static_cast<size_t>(rows_ * depth_);
+    const size_t z_floats = y_direct_ ? 0 : static_cast<size_t>(rows_ * out_channels_);
+    if (a_floats > a_capacity_) {
+      a_buf_ = aligned_alloc_shared(sizeof(float) * a_floats);
+      a_capacity_ = a_floats;
+    }
+    if (z_floats > z_capacity_) {
+      z_buf_ = aligned_alloc_shared(sizeof(float) * z_floats);
+      z_capacity_ = z_floats;
+    }
+    // One residual row per thread slot, for residuals gathered out of a non-NHWC layout.
+    const size_t r_floats = has_res_ && !res_in_gemm_ ? static_cast<size_t>(out_channels_ * ThreadPool::global().max_threads()) : 0;
+    if (r_floats > r_capacity_) {
+      r_buf_ = aligned_alloc_shared(sizeof(float) * r_floats);
+      r_capacity_ = r_floats;
+    }
+    return Status::Ok();
+  }
+
+  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    if (use_ref_) return ref_->run(in, out);
+    const float* x = in[0].as<const float>();
+    float* y = out[0].as<float>();
+    const float* a = direct_a_ ? x : static_cast<const float*>(a_buf_.get());
+    if (!direct_a_) im2col(x, static_cast<float*>(a_buf_.get()));
+    float* z = y_direct_ ? y : static_cast<float*>(z_buf_.get());
+    panel_gemm::Args g;
+    g.a = a;
+    g.M = rows_;
+    g.K = depth_;
+    g.N = out_channels_;
+    g.packed = static_cast<const float*>(packed_.get());
+    g.bias = has_bias_ ? in[2].as<const float>() : nullptr;
+    g.residual = res_in_gemm_ ? in[3].as<const float>() : nullptr;
+    g.y = z;
+    panel_gemm::run(g, omp_get_max_threads());
+    if (y_direct_ && !has_act_ && (!has_res_ || res_in_gemm_)) return Status::Ok();
+    epilogue(z, has_res_ && !res_in_gemm_ ? in[3].as<const float>() : nullptr, y);
+    return Status::Ok();
+  }
+
+ private:
+  void im2col(const float* x, float* a) const {
+    const PixelReader reader{spec_.x, channels_, g_.in[0], g_.in[1]};
+    const int64_t OH = g_.out[0], OW = g_.out[1], C = channels_;
+    const LoopCost cost{8.0 * static_cast<double>(depth_), 0};
+    ThreadPool::global().parallel_for(rows_, cost, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t nb = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
+        float* row = a + r * depth_;
+        for (int64_t i = 0; i < g_.k[0]; ++i) {
+          const int64_t ih = oh * g_.stride[0] - g_.pad_begin[0] + i * g_.dil[0];
+          for (int64_t j = 0; j < g_.k[1]; ++j) {
+            float* dst = row + (i * g_.k[1] + j) * C;
+            const int64_t iw = ow * g_.stride[1] - g_.pad_begin[1] + j * g_.dil[1];
+            if (ih < 0 || ih >= g_.in[0] || iw < 0 || iw >= g_.in[1]) {
+              std::memset(dst, 0, sizeof(float) * static_cast<size_t>(C));
+            } else {
+              reader.read(x, nb, ih, iw, dst);
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // Rows of z [pixels, OC]: + the residual (read out of its layout), the activation, into Y's layout.
+  void epilogue(float* z, const float* res, float* y) const {
+    const int64_t OH = g_.out[0], OW = g_.out[1], OC = out_channels_;
+    const PixelReader res_reader{spec_.res, OC, OH, OW}, y_writer{spec_.y, OC, OH, OW};
+    const vec::Params params{spec_.alpha, spec_.beta};
+    const vec::UnaryFn act = has_act_ ? vec::unary(act_op_) : nullptr;
+    const vec::BinaryFn add = vec::binary(vec::Binary::kAdd);
+    const LoopCost cost{12.0 * static_cast<double>(OC), 4.0 * static_cast<double>(OC)};
+    float* rbuf = static_cast<float*>(r_buf_.get());
+    ThreadPool::global().parallel_for(rows_, cost, [&](int64_t r0, int64_t r1, int slot) {
+      float* rrow = rbuf ? rbuf + slot * OC : nullptr;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t nb = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
+        float* row = z + r * OC;
+        if (res) {
+          res_reader.read(res, nb, oh, ow, rrow);
+          add(row, 1, rrow, 1, row, OC);
+        }
+        if (act) act(row, row, OC, params);
+        if (!y_direct_) y_writer.write(row, y, nb, oh, ow);
+      }
+    });
+  }
+
+  std::unique_ptr<Kernel> ref_;
+  WindowAttrs w_;
+  int64_t group_;
+  FusedSpec spec_;
+  bool use_ref_ = false, has_bias_ = false, has_res_ = false, direct_a_ = false, y_direct_ = false, res_in_gemm_ = false;
+  bool has_act_ = false;
+  vec::Unary act_op_ = vec::Unary::kRelu;
+  Geom2d g_{};
+  int64_t batch_ = 0, channels_ = 0, out_channels_ = 0, rows_ = 0, depth_ = 0;
+  std::shared_ptr<void> packed_, a_buf_, z_buf_, r_buf_;
+  const void* packed_src_ = nullptr;
+  size_t a_capacity_ = 0, z_capacity_ = 0, r_capacity_ = 0;
+};
+
+}  // namespace
+
+void register_im2col_conv_kernels(KernelRegistry& r) {
+  // Below "onednn" (10) and Winograd (8): tactic selection picks it where it times faster.
+  r.add_kiln_op({"FusedConv", "im2col_panel", 7,
+                 [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
+                   FusedSpec spec;
+                   KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
+                   WindowAttrs w;
+                   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+                   KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
+                   return std::unique_ptr<Kernel>(std::make_unique<Im2colConvKernel>(std::move(ref), std::move(w), group, spec));
+                 },
+                 // AVX2 + FMA, the engine baseline: panel_gemm::run picks AVX-512 where the loading CPU has it.
+                 0});
+}
+
+}  // namespace kiln

@@ -1,0 +1,170 @@
+// FusedConv impl "im2col_panel" (runtime/kernels/im2col_conv_kernels.cpp) against the reference
+// FusedConv at awkward geometry: dilation, asymmetric pads, stride 3, 1-D, kernels wider than the
+// input's padding, output channels that fill no whole 64-column panel, batch 3, no bias, every
+// epilogue activation, and a prepare at a second shape (the scratch buffers grow). Every layout
+// combination is covered by conv_blocked_layout_test.cpp; here X and Y are NCHW or NHWC (the
+// direct-A and direct-Y paths). A group other than 1 runs the reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "runtime/kernel.h"
+#include "runtime/kernel_runner.h"
+
+namespace kiln {
+namespace {
+
+Tensor random_f32(const Shape& s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_vector<float>(v, s);
+}
+
+// [N, C, H, W] -> [N, H, W, C], written out here rather than taken from the code under test.
+Tensor to_nhwc(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w)
+          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
+  return o;
+}
+
+std::unique_ptr<Kernel> make_fused(const AttrMap& attrs, int num_inputs, const std::string& impl) {
+  KernelArgs args;
+  args.op_type = "FusedConv";
+  args.node_name = "test";
+  args.num_inputs = num_inputs;
+  args.num_outputs = 1;
+  auto k = KernelRegistry::builtin().create(args, attrs, impl);
+  EXPECT_TRUE(k.ok()) << k.status().message();
+  return k.ok() ? std::move(k.value()) : nullptr;
+}
+
+struct Case {
+  const char* what;
+  Shape x, w;
+  std::vector<int64_t> strides, pads, dilations;
+  bool bias, residual;
+};
+
+const Case kCases[] = {
+    {"3x3 pad 1, 70 out channels", Shape{1, 19, 7, 7}, Shape{70, 19, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, true, true},
+    {"dilation 2, asymmetric pads", Shape{2, 5, 11, 9}, Shape{13, 5, 3, 3}, {1, 1}, {0, 2, 3, 1}, {2, 2}, true, false},
+    {"5x4 kernel, stride 3, batch 3, no bias", Shape{3, 6, 13, 10}, Shape{9, 6, 5, 4}, {3, 3}, {2, 1, 2, 1}, {1, 1}, false, true},
+    {"kernel wider than the input", Shape{1, 4, 3, 2}, Shape{8, 4, 5, 5}, {1, 1}, {2, 2, 2, 2}, {1, 1}, true, false},
+    {"1x1 stride 1 (X read as A)", Shape{2, 24, 5, 3}, Shape{130, 24, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, true, true},
+    {"1x1 stride 2", Shape{1, 16, 9, 9}, Shape{32, 16, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, false},
+    {"1-D, dilation 3", Shape{2, 7, 29}, Shape{11, 7, 4}, {2}, {3, 1}, {3}, true, true},
+};
+
+const char* const kActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
+
+AttrMap attrs_of(const Case& c, const char* act, const char* x_layout, const char* y_layout) {
+  AttrMap a{{"strides", Attribute::Ints(c.strides)},
+            {"pads", Attribute::Ints(c.pads)},
+            {"dilations", Attribute::Ints(c.dilations)},
+            {"activation", Attribute::String(act)},
+            {"x_layout", Attribute::String(x_layout)},
+            {"residual_layout", Attribute::String(y_layout)},
+            {"y_layout", Attribute::String(y_layout)}};
+  if (std::string(act) == "clip") {
+    a["activation_alpha"] = Attribute::Float(-0.5f);
+    a["activation_beta"] = Attribute::Float(0.75f);
+  }
+  return a;
+}
+
+// Runs `impl` on the case; the output stays in its layout.
+StatusOr<Tensor> run(const Case& c, const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
+  std::vector<TensorView> views;
+  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
+  auto k = make_fused(attrs, static_cast<int>(in.size()), impl);
+  if (!k) return Internal("no kernel");
+  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
+  *ran = k->impl_name();
+  (void)c;
+  return std::move(out[0]);
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double atol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
+    const double g = got.as<float>()[i], w = want.as<float>()[i];
+    if (!(std::abs(g - w) <= atol + 1e-5 * std::abs(w))) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+      ++bad;
+    }
+  }
+}
+
+TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
+  uint32_t seed = 4100;
+  int checked = 0;
+  for (const Case& c : kCases) {
+    const bool two_d = c.x.rank() == 4;
+    const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
+    // The output shape, from a plain reference run.
+    std::string ran;
+    auto y0 = run(c, attrs_of(c, "none", "nchw", "nchw"), {x, w}, "reference", &ran);
+    ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
+    const Tensor res = random_f32(y0->shape(), seed++);
+    const double atol = 2e-6 * std::sqrt(static_cast<double>(c.w.numel() / c.w[0]));
+    for (const char* act : kActivations)
+      for (const char* layout : {"nchw", "nhwc"}) {
+        if (!two_d && std::string(layout) == "nhwc") continue;
+        const bool nhwc = std::string(layout) == "nhwc";
+        std::vector<Tensor> in{nhwc ? to_nhwc(x) : x, w, c.bias ? b : Tensor(), c.residual ? (nhwc ? to_nhwc(res) : res) : Tensor()};
+        while (in.back().empty()) in.pop_back();
+        const AttrMap attrs = attrs_of(c, act, layout, layout);
+        const std::string what = std::string(c.what) + ", " + act + ", " + layout;
+        auto want = run(c, attrs, in, "reference", &ran);
+        ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
+        auto got = run(c, attrs, in, "im2col_panel", &ran);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+        EXPECT_EQ(ran, "im2col_panel") << what;
+        expect_close(*got, *want, atol, what);
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, 6 * 8 * 2 + 8);
+}
+
+// One kernel prepared at a small shape and then a larger one (a dynamic profile's min and max):
+// its im2col and output scratch grow, and the second run matches the reference.
+TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) {
+  const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
+  const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
+  auto k = make_fused(attrs, 3, "im2col_panel");
+  auto ref = make_fused(attrs, 3, "reference");
+  ASSERT_TRUE(k && ref);
+  for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
+    const Tensor x = random_f32(xs, 3);
+    const TensorView v[] = {x.view(), w.view(), b.view()};
+    auto got = run_kernel_once(*k, v, 1);
+    auto want = run_kernel_once(*ref, v, 1);
+    ASSERT_TRUE(got.ok() && want.ok());
+    EXPECT_STREQ(k->impl_name(), "im2col_panel");
+    expect_close((*got)[0], (*want)[0], 2e-5, xs.str());
+  }
+}
+
+TEST(Im2colConv, GroupsRunTheReference) {
+  const AttrMap attrs{{"group", Attribute::Int(2)}};
+  const Tensor x = random_f32(Shape{1, 4, 5, 5}, 1), w = random_f32(Shape{6, 2, 3, 3}, 2);
+  auto k = make_fused(attrs, 2, "im2col_panel");
+  ASSERT_TRUE(k);
+  const TensorView v[] = {x.view(), w.view()};
+  auto got = run_kernel_once(*k, v, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_STREQ(k->impl_name(), "reference");
+}
+
+}  // namespace
+}  // namespace kiln
