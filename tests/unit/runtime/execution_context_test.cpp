@@ -29,7 +29,11 @@ void* operator new(size_t n) {
   throw std::bad_alloc();
 }
 void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+// Default visibility by hand: <new> declares the sized delete (with default visibility) only
+// where sized deallocation is on, which clang 14 leaves off, and the build hides symbols by
+// default. Hidden, the libraries would bind to the sanitizer runtime's sized delete and free
+// this file's mallocs there (an alloc-dealloc mismatch under the shared ASan runtime).
+__attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { std::free(p); }
 // The nothrow forms too (std::stable_sort's temporary buffer uses them): AddressSanitizer would
 // otherwise pair its own nothrow new with the free above and report a mismatch.
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
