@@ -191,6 +191,18 @@ void se_gate_nchw8c(benchmark::State& s, const Shape* nchw) {  // gate first, as
 }
 BENCHMARK_CAPTURE(se_gate_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(se_gate_nchw8c, late, &kEffLate)->Unit(benchmark::kMicrosecond);
+// MobileNet-V3's gate after elementwise fusion: one FusedElementwise HardSigmoid(gate) * x
+// (vec::Unary kHardSigmoid = 13 with its alpha, beta immediates; then Mul = 102).
+void se_gate_fused_nchw8c(benchmark::State& s, const Shape* nchw) {
+  const Shape x = in_layout("nchw8c", *nchw), gate{1, x[1], 1, 1, 8};
+  AttrMap f;
+  f["program"] = Attribute::Ints({13, 4, 0, 2, 3, 102, 5, 4, 1, -1});
+  f["immediates"] = Attribute::Floats({1.0f / 6.0f, 0.5f});
+  run_op(s, "FusedElementwise", {random(DType::kFloat32, gate, -4, 4, 2), random(DType::kFloat32, x, -4, 4, 1)}, f);
+}
+const Shape kMnv3{1, 16, 56, 56};
+BENCHMARK_CAPTURE(se_gate_fused_nchw8c, mobilenet_v3, &kMnv3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(se_gate_fused_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
 
 void layer_norm(benchmark::State& s, bool fused) {
   const Shape x{1, 32, 384};

@@ -2,10 +2,12 @@
 // layouts between FusedConvs: MaxPool and GlobalAveragePool with attribute layout nchw8c / nhwc
 // (runtime/kernels/nn_pool_blocked_kernels.cpp) against the NCHW reference pools, and a binary op
 // broadcasting an nChw8c channel block over the pixels (squeeze-excitation's gate Mul) against a
-// plain loop. Awkward shapes: channels not a multiple of 8 (NHWC; nChw8c only takes whole blocks),
-// odd sizes, pads, ceil mode, strides 1 and 2, more than one image, a run split mid-block.
+// plain loop, directly and inside kiln::FusedElementwise. Awkward shapes: channels not a multiple
+// of 8 (NHWC; nChw8c only takes whole blocks), odd sizes, pads, ceil mode, strides 1 and 2, more
+// than one image, a run split mid-block.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -192,6 +194,53 @@ TEST(PoolLayout, BlockBroadcastBinaryMatchesALoop) {
   auto got = run_op_once("Sub", {}, {b, a}, 1);
   ASSERT_TRUE(got.ok()) << got.status().message();
   for (size_t i = 0; i < bv.size(); ++i) EXPECT_EQ((*got)[0].as<int32_t>()[i], bv[i] - 3) << i;
+}
+
+// The same broadcast through kiln::FusedElementwise (the elementwise fusion pass turns
+// squeeze-excitation's HardSigmoid gate and Mul into one): the period-8 inputs are tiled over the
+// program's blocks. Programs: HardSigmoid(g) * x; x - g; cond ? x : z with a bool cond block;
+// x * s + g with a one-element s.
+TEST(PoolLayout, FusedElementwiseBlockBroadcastMatchesALoop) {
+  const Shape xs[] = {Shape{1, 12, 56, 56, 8}, Shape{2, 3, 5, 7, 8}, Shape{1, 1, 183, 181, 8}, Shape{1, 2, 1, 3, 8}};
+  uint32_t seed = 600;
+  auto program = [](std::vector<int64_t> code, std::vector<float> imm) {
+    return AttrMap{{"program", Attribute::Ints(code)}, {"immediates", Attribute::Floats(imm)}};
+  };
+  for (const Shape& xshape : xs) {
+    const Shape gshape{xshape[0], xshape[1], 1, 1, 8};
+    const Tensor x = random_f32(xshape, seed++, -4.0f, 4.0f), z = random_f32(xshape, seed++), g = random_f32(gshape, seed++, -4.0f, 4.0f);
+    const Tensor sc = Tensor::from_vector<float>({1.5f}, Shape{1});
+    Tensor cond = Tensor::zeros(DType::kBool, gshape);
+    for (int64_t i = 0; i < cond.numel(); ++i) cond.as<bool>()[i] = (i * 7) % 3 == 0;
+    const int64_t blocks = xshape[0] * xshape[1], pixels = xshape[2] * xshape[3];
+    struct Case {
+      const char* what;
+      AttrMap attrs;
+      std::vector<Tensor> in;
+      float (*f)(float x, float g, float z, bool c);
+      double tol;
+    };
+    const Case cases[] = {
+        {"hardsigmoid(g) * x", program({13, 4, 0, 2, 3, 102, 5, 4, 1, -1}, {1.0f / 6.0f, 0.5f}), {g, x},
+         [](float x, float g, float, bool) { return std::max(0.0f, std::min(1.0f, g / 6.0f + 0.5f)) * x; }, 1e-6},
+        {"x - g", program({101, 2, 0, 1, -1}, {}), {x, g}, [](float x, float g, float, bool) { return x - g; }, 0},
+        {"cond ? x : z", program({200, 3, 0, 1, 2}, {}), {cond, x, z}, [](float x, float, float z, bool c) { return c ? x : z; }, 0},
+        {"x * s + g", program({102, 3, 0, 2, -1, 100, 4, 3, 1, -1}, {}), {x, g, sc},
+         [](float x, float g, float, bool) { return x * 1.5f + g; }, 1e-6},
+    };
+    for (const Case& c : cases) {
+      auto got = run_op_once("FusedElementwise", c.attrs, c.in, 1);
+      ASSERT_TRUE(got.ok()) << c.what << ": " << got.status().message();
+      Tensor want = Tensor::zeros(DType::kFloat32, xshape);
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t p = 0; p < pixels; ++p)
+          for (int64_t ch = 0; ch < 8; ++ch) {
+            const int64_t i = (b * pixels + p) * 8 + ch, gi = b * 8 + ch;
+            want.as<float>()[i] = c.f(x.as<float>()[i], g.as<float>()[gi], z.as<float>()[i], cond.as<bool>()[gi]);
+          }
+      expect_close((*got)[0], want, c.tol, c.tol, std::string(c.what) + " " + xshape.str());
+    }
+  }
 }
 
 }  // namespace
