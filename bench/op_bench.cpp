@@ -159,6 +159,51 @@ BENCHMARK(softmax)->Unit(benchmark::kMicrosecond);
 void global_avg_pool(benchmark::State& s) { run_op(s, "GlobalAveragePool", {random(DType::kFloat32, kEff, -4, 4, 1)}); }
 BENCHMARK(global_avg_pool)->Unit(benchmark::kMicrosecond);
 
+// The layouts builder/passes/conv_channels_last.cpp keeps between FusedConvs (nChw8c with AVX2, NHWC
+// with AVX-512): ResNet-18's stem MaxPool and EfficientNet-B0's squeeze-excitation
+// (GlobalAveragePool, then the gate Mul) at its largest [1, 96, 112, 112] and a late [1, 480, 14, 14].
+Shape in_layout(const char* layout, const Shape& nchw) {
+  if (std::string(layout) == "nhwc") return Shape{nchw[0], nchw[2], nchw[3], nchw[1]};
+  return Shape{nchw[0], nchw[1] / 8, nchw[2], nchw[3], 8};
+}
+const Shape kStem{1, 64, 112, 112}, kEffLate{1, 480, 14, 14};
+void max_pool_layout(benchmark::State& s, const char* layout) {
+  AttrMap a;
+  a["kernel_shape"] = Attribute::Ints({3, 3});
+  a["strides"] = Attribute::Ints({2, 2});
+  a["pads"] = Attribute::Ints({1, 1, 1, 1});
+  a["layout"] = Attribute::String(layout);
+  run_op(s, "MaxPool", {random(DType::kFloat32, in_layout(layout, kStem), -4, 4, 1)}, a);
+}
+BENCHMARK_CAPTURE(max_pool_layout, nchw8c, "nchw8c")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(max_pool_layout, nhwc, "nhwc")->Unit(benchmark::kMicrosecond);
+void global_avg_pool_layout(benchmark::State& s, const char* layout, const Shape* nchw) {
+  AttrMap a;
+  a["layout"] = Attribute::String(layout);
+  run_op(s, "GlobalAveragePool", {random(DType::kFloat32, in_layout(layout, *nchw), -4, 4, 1)}, a);
+}
+BENCHMARK_CAPTURE(global_avg_pool_layout, nchw8c, "nchw8c", &kEff)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(global_avg_pool_layout, nchw8c_late, "nchw8c", &kEffLate)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(global_avg_pool_layout, nhwc, "nhwc", &kEff)->Unit(benchmark::kMicrosecond);
+void se_gate_nchw8c(benchmark::State& s, const Shape* nchw) {  // gate first, as the exported graph has it
+  const Shape x = in_layout("nchw8c", *nchw), gate{1, x[1], 1, 1, 8};
+  run_op(s, "Mul", {random(DType::kFloat32, gate, 0, 1, 2), random(DType::kFloat32, x, -4, 4, 1)});
+}
+BENCHMARK_CAPTURE(se_gate_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(se_gate_nchw8c, late, &kEffLate)->Unit(benchmark::kMicrosecond);
+// MobileNet-V3's gate after elementwise fusion: one FusedElementwise HardSigmoid(gate) * x
+// (vec::Unary kHardSigmoid = 13 with its alpha, beta immediates; then Mul = 102).
+void se_gate_fused_nchw8c(benchmark::State& s, const Shape* nchw) {
+  const Shape x = in_layout("nchw8c", *nchw), gate{1, x[1], 1, 1, 8};
+  AttrMap f;
+  f["program"] = Attribute::Ints({13, 4, 0, 2, 3, 102, 5, 4, 1, -1});
+  f["immediates"] = Attribute::Floats({1.0f / 6.0f, 0.5f});
+  run_op(s, "FusedElementwise", {random(DType::kFloat32, gate, -4, 4, 2), random(DType::kFloat32, x, -4, 4, 1)}, f);
+}
+const Shape kMnv3{1, 16, 56, 56};
+BENCHMARK_CAPTURE(se_gate_fused_nchw8c, mobilenet_v3, &kMnv3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(se_gate_fused_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
+
 void layer_norm(benchmark::State& s, bool fused) {
   const Shape x{1, 32, 384};
   if (fused) {

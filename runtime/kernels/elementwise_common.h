@@ -279,6 +279,24 @@ inline void binary_run(const A* a, int64_t sa, const B* b, int64_t sb, O* o, N n
   }
 }
 
+// A run where one operand (kRepA: a, else b) repeats its 8 values rep[0..8) along the run and the
+// other is contiguous; `phase` is the run start's position in the period. The whole vectors go
+// through binary_run with a compile-time 8, so the repeating one stays in a register.
+template <bool kRepA, typename A, typename B, typename O, typename Op>
+inline void binary_run_period8(const A* a, const B* b, O* o, int64_t n, int64_t phase, const Op& op) {
+  auto one = [&](int64_t i) {
+    const int64_t r = (phase + i) & 7;
+    o[i] = store_as<O>(op(Elem<A>::load(kRepA ? a[r] : a[i]), Elem<B>::load(kRepA ? b[i] : b[r])));
+  };
+  int64_t i = 0;
+  for (; i < n && ((phase + i) & 7) != 0; ++i) one(i);
+  for (; i + 8 <= n; i += 8) {
+    if constexpr (kRepA) binary_run(a, 1, b + i, 1, o + i, std::integral_constant<int64_t, 8>{}, op);
+    else binary_run(a + i, 1, b, 1, o + i, std::integral_constant<int64_t, 8>{}, op);
+  }
+  for (; i < n; ++i) one(i);
+}
+
 // out = op(a, b) with numpy broadcasting; out's shape is the broadcast shape of a and b.
 template <typename A, typename B, typename O, typename Op>
 void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView& out, const Op& op) {
@@ -287,6 +305,26 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
   const B* pb = b.as<const B>();
   O* po = out.as<O>();
   const int64_t sa = p.strides[0][p.rank - 1], sb = p.strides[1][p.rank - 1];
+  // A channel block broadcast over pixels (nChw8c's x [N, C/8, H, W, 8] * gate [N, C/8, 1, 1, 8],
+  // squeeze-excitation): the pixel dim merges into the rows, which the repeating operand reads
+  // with period 8, so a run is a whole block of pixels instead of one pixel.
+  if (p.inner() == 8 && p.rank > 1 && sa == 1 && sb == 1) {
+    const int d = p.rank - 2;
+    const bool rep_a = p.strides[0][d] == 0 && p.strides[1][d] == 8, rep_b = p.strides[1][d] == 0 && p.strides[0][d] == 8;
+    if (rep_a || rep_b) {
+      LoopPlan q = p;
+      q.rank = p.rank - 1;
+      q.dims[d] = p.dims[d] * 8;
+      q.strides[0][d] = rep_a ? 0 : 1;  // the repeating operand's offset stays at its vector
+      q.strides[1][d] = rep_b ? 0 : 1;
+      // Merged rows are multiples of 8 long: a run's phase in the period is its output offset's.
+      for_each_run(q, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
+        if (rep_a) binary_run_period8<true>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
+        else binary_run_period8<false>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
+      });
+      return;
+    }
+  }
   // Rows of 8 (a channel block broadcast over pixels, nChw8c): one vector per row, unrolled.
   if (p.inner() == 8 && p.rank > 1) {
     for_each_run(p, out.numel(), [&](int64_t o, const int64_t* off, int64_t) {

@@ -102,7 +102,8 @@ class FusedElementwiseKernel final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const int64_t total = out[0].numel();
     if (total == 0) return Status::Ok();
-    const Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone);
+    Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone);
+    const uint32_t period8 = norm_ == Norm::kNone ? merge_channel_blocks(w) : 0;
     const vec::Table& t = vec::table();
     float* y = out[0].as<float>();
     const int64_t inner = w.inner(), rows = total / inner;
@@ -123,7 +124,7 @@ class FusedElementwiseKernel final : public Kernel {
       for (int64_t it = b; it < e; ++it) {
         const int64_t r = it / per_row, start = (it % per_row) * kBlock;
         w.row_offsets(r, ni_, off);
-        bind_inputs(w, in, off, start, std::min(kBlock, inner - start), s);
+        bind_inputs(w, in, off, start, std::min(kBlock, inner - start), s, period8);
         execute(t, s, std::min(kBlock, inner - start), y + r * inner + start);
       }
     });
@@ -134,16 +135,60 @@ class FusedElementwiseKernel final : public Kernel {
   struct Scratch {
     Reg reg[kMaxRegisters];
     alignas(64) float temp[kMaxRegisters][kBlock];
+    // Bool inputs converted to floats, or a period-8 input tiled over the block.
     alignas(64) float bools[kMaxInputs][kBlock];
+    // The source and length of each input's tiling in `bools`, so a row's blocks tile it once.
+    const void* tiled[kMaxInputs] = {};
+    int64_t tiled_n[kMaxInputs] = {};
   };
 
+  // A channel block broadcast over pixels (nChw8c's x [N, C/8, H, W, 8] with a squeeze-excitation
+  // gate [N, C/8, 1, 1, 8]) walks in runs of 8, the program interpreted per pixel. When the walk
+  // ends in (pixels, 8) and every input reads those two dims contiguously (strides 8, 1), with
+  // period 8 (0, 1) or not at all (0, 0), they merge into one run; the period-8 inputs (the
+  // returned bit mask) are bound as their 8 values tiled over the block. Blocks start at multiples
+  // of kBlock into runs of a multiple of 8, so a tiling always starts at the period's start.
+  static uint32_t merge_channel_blocks(Walk& w) {
+    if (w.rank < 2 || w.inner() != 8) return 0;
+    const int d = w.rank - 2, last = w.rank - 1;
+    uint32_t period = 0;
+    bool contiguous = false;
+    for (int k = 0; k < kMaxInputs; ++k) {
+      const int64_t sd = w.strides[k][d], sl = w.strides[k][last];
+      if (sd == 8 && sl == 1) contiguous = true;
+      else if (sd == 0 && sl == 1) period |= 1u << k;
+      else if (sd != 0 || sl != 0) return 0;
+    }
+    if (!contiguous || period == 0) return 0;
+    w.dims[d] *= 8;
+    for (int k = 0; k < kMaxInputs; ++k) w.strides[k][d] = w.strides[k][d] == 8 ? 1 : 0;
+    w.rank -= 1;
+    static_assert(kBlock % 8 == 0);
+    return period;
+  }
+
   // Points the input registers at a block of `n` elements starting `start` elements into the run
-  // whose operand offsets are `off`; bool inputs are converted into scratch.
-  void bind_inputs(const Walk& w, std::span<const TensorView> in, const int64_t* off, int64_t start, int64_t n, Scratch& s) const {
+  // whose operand offsets are `off`; bool inputs are converted into scratch, and the inputs of the
+  // mask `period8` are tiled into it from their 8 values.
+  void bind_inputs(const Walk& w, std::span<const TensorView> in, const int64_t* off, int64_t start, int64_t n, Scratch& s,
+                   uint32_t period8 = 0) const {
     const int last = w.rank - 1;
     for (int k = 0; k < ni_; ++k) {
       const int64_t step = w.strides[k][last];
       const int64_t o = off[k] + start * step;
+      if (period8 & (1u << k)) {
+        const bool is_float = in[k].dtype == DType::kFloat32;
+        const void* src = is_float ? static_cast<const void*>(in[k].as<const float>() + off[k]) : in[k].as<const bool>() + off[k];
+        if (s.tiled[k] != src || s.tiled_n[k] < n) {
+          float v[8];
+          for (int i = 0; i < 8; ++i) v[i] = is_float ? static_cast<const float*>(src)[i] : (static_cast<const bool*>(src)[i] ? 1.0f : 0.0f);
+          for (int64_t i = 0; i < n; i += 8) std::memcpy(s.bools[k] + i, v, sizeof(v));
+          s.tiled[k] = src;
+          s.tiled_n[k] = n;
+        }
+        s.reg[k] = {s.bools[k], 1};
+        continue;
+      }
       if (in[k].dtype == DType::kFloat32) {
         s.reg[k] = {in[k].as<const float>() + o, step};
       } else {

@@ -1,6 +1,7 @@
 // Reference pools: MaxPool (with Indices), AveragePool, LpPool and their Global* forms, for 1-3
-// spatial dims (run as 3-D with trailing unit dims), and MaxPool's "vectorized" kernel: float32 1-D
-// and 2-D without Indices or dilation (a CNN stem's pool), everything else on the reference.
+// spatial dims (run as 3-D with trailing unit dims), and the "vectorized" MaxPool / AveragePool
+// (float32 1-D and 2-D without Indices or dilation, everything else on the reference) and
+// GlobalAveragePool (float32).
 // MaxPool and GlobalAveragePool also take kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
 // builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C] or
 // [N, C/8, H, W, 8], FusedConv's layouts of the same names (fused_conv_common.h).
@@ -12,6 +13,7 @@
 
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
+#include "runtime/kernels/nn_pool_blocked.h"
 #include "runtime/thread_pool.h"
 #include "runtime/thread_scratch.h"
 
@@ -241,14 +243,22 @@ StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* l
   return with_layout(std::move(ref), attrs, layout);
 }
 
-// MaxPool in two separable passes per output row: the elementwise max of the window's input rows
-// into a row buffer (contiguous, so it vectorizes), then the strided horizontal max over that row.
-// Planes run in parallel. The reference's generic 3-D loop with per-tap bounds checks was a
-// tenth of ResNet-18's run time.
-class VectorizedMaxPool final : public Kernel {
+// MaxPool and AveragePool over NCHW float32 planes, 1-D and 2-D without dilation (a CNN stem's pool,
+// DenseNet's transitions), in two separable passes per output row: the window's input rows combined
+// elementwise into a row buffer (contiguous, so it vectorizes), then the strided horizontal
+// combination over that row. Planes run in parallel. The reference's generic 3-D loop (bounds
+// checks per tap, a double per tap for the average) was a tenth of ResNet-18's run time.
+// AveragePool's divisor is the reference's: the taps inside the input, or with count_include_pad
+// those inside the padded input. MaxPool with attribute layout nhwc / nchw8c runs the
+// channels-innermost loops of runtime/kernels/nn_pool_blocked_kernels.cpp.
+template <PoolKind kKind>
+class VectorizedPool final : public Kernel {
+  static_assert(kKind == PoolKind::kMax || kKind == PoolKind::kAverage);
+  static constexpr bool kMax = kKind == PoolKind::kMax;
+
  public:
-  VectorizedMaxPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, ConvLayout layout)
-      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), layout_(layout) {}
+  VectorizedPool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool count_include_pad, ConvLayout layout)
+      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), count_include_pad_(count_include_pad), layout_(layout) {}
   // "reference" once prepare() handed the current shapes to the reference kernel.
   const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
 
@@ -264,13 +274,13 @@ class VectorizedMaxPool final : public Kernel {
       const int64_t* spatial = x.data() + (layout_ == ConvLayout::kNhwc ? 1 : 2);
       KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, spatial, w_.kernel_shape.data(), n, ceil_mode_));
       for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
-      // 1-D runs as 2-D with a leading unit dim.
-      if (n == 1) {
+      if (n == 1) {  // as 2-D with a leading unit dim
         std::swap(g_.in[0], g_.in[1]);
         std::swap(g_.out[0], g_.out[1]);
         std::swap(g_.k[0], g_.k[1]);
         std::swap(g_.stride[0], g_.stride[1]);
         std::swap(g_.pad_begin[0], g_.pad_begin[1]);
+        std::swap(g_.pad_end[0], g_.pad_end[1]);
       }
     }
     use_ref_ = !fast_;
@@ -278,16 +288,22 @@ class VectorizedMaxPool final : public Kernel {
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
-    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, in[0].shape[0], in[0].shape[3]);
-    // nChw8c is NHWC with N*C/8 images of 8 channels.
-    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, in[0].shape[0] * in[0].shape[1], in[0].shape[4]);
+    if (layout_ != ConvLayout::kNchw) {
+      const Shape& x = in[0].shape;
+      const bool nhwc = layout_ == ConvLayout::kNhwc;
+      // nChw8c is NHWC with N*C/8 images of 8 channels.
+      const int64_t images = nhwc ? x[0] : x[0] * x[1], C = nhwc ? x[3] : x[4];
+      if (!max_pool_channels_inner(in[0].as<float>(), out[0].as<float>(), images, C, g_)) return row_buffer_error();
+      return Status::Ok();
+    }
     const WindowGeom& g = g_;
     const int64_t planes = in[0].shape[0] * in[0].shape[1];
     const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
     const float* x = in[0].as<float>();
     float* y = out[0].as<float>();
-    constexpr float kLowest = std::numeric_limits<float>::lowest();
-    // Per plane: the window's rows read once per output row, a max per tap.
+    // An output row whose window lies in the padding: the reference's empty maximum or zero average.
+    constexpr float kEmpty = kMax ? std::numeric_limits<float>::lowest() : 0.0f;
+    // Per plane: the window's rows read once per output row, an op per tap.
     const double taps = static_cast<double>(OH) * static_cast<double>(g.k[0] * W + g.k[1] * OW);
     const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OH * OW), taps};
     ThreadPool::global().parallel_for(planes, cost, [&](int64_t pl_begin, int64_t pl_end, int) {
@@ -305,7 +321,7 @@ class VectorizedMaxPool final : public Kernel {
           const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
           float* yr = yp + oh * OW;
           if (hlo >= hhi) {
-            std::fill(yr, yr + OW, kLowest);
+            std::fill(yr, yr + OW, kEmpty);
             continue;
           }
           std::copy(xp + hlo * W, xp + hlo * W + W, row);
@@ -313,98 +329,74 @@ class VectorizedMaxPool final : public Kernel {
             const float* xr = xp + h * W;
             float* r = row;
             // omp simd: -O2's cheap vectorizer model skips loops that need a runtime alias check.
+            if constexpr (kMax) {
 #pragma omp simd
-            for (int64_t w = 0; w < W; ++w) r[w] = std::max(r[w], xr[w]);
+              for (int64_t w = 0; w < W; ++w) r[w] = std::max(r[w], xr[w]);
+            } else {
+#pragma omp simd
+              for (int64_t w = 0; w < W; ++w) r[w] += xr[w];
+            }
           }
+          const int64_t hpad = std::min(h0 + g.k[0], H + g.pad_end[0]) - h0;
           for (int64_t ow = 0; ow < OW; ++ow) {
             const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
             const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
-            float best = kLowest;
-            for (int64_t w = wlo; w < whi; ++w) best = std::max(best, row[w]);
-            yr[ow] = best;
+            if constexpr (kMax) {
+              float best = kEmpty;
+              for (int64_t w = wlo; w < whi; ++w) best = std::max(best, row[w]);
+              yr[ow] = best;
+            } else {
+              const int64_t wpad = std::min(w0 + g.k[1], W + g.pad_end[1]) - w0;
+              float sum = 0.0f;
+              for (int64_t w = wlo; w < whi; ++w) sum += row[w];
+              const int64_t div = count_include_pad_ ? hpad * wpad : (hhi - hlo) * std::max<int64_t>(whi - wlo, 0);
+              yr[ow] = div > 0 ? sum / static_cast<float>(div) : 0.0f;
+            }
           }
         }
       }
     });
-    if (row_failed_.exchange(false, std::memory_order_relaxed)) return ResourceExhausted("max pool: out of memory for a row buffer");
+    if (row_failed_.exchange(false, std::memory_order_relaxed)) return row_buffer_error();
     return Status::Ok();
   }
 
  private:
-  // Channels innermost ([N, H, W, C]): each output pixel is the elementwise max of its window's
-  // C-vectors. nChw8c's C = 8 gets its own instance: with the width known the maximum stays in one
-  // vector register instead of going through the output row on every tap.
-  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t C) {
-    if (C == 8) return run_channels_inner_fixed<8>(in, out, N, C);
-    return run_channels_inner_fixed<0>(in, out, N, C);
-  }
-  template <int64_t kC>
-  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t N, int64_t c_runtime) {
-    const int64_t C = kC > 0 ? kC : c_runtime;
-    const WindowGeom& g = g_;
-    const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-    const float* x = in[0].as<float>();
-    float* y = out[0].as<float>();
-    constexpr float kLowest = std::numeric_limits<float>::lowest();
-    const double taps = static_cast<double>(OW) * static_cast<double>(g.k[0] * g.k[1] * C);
-    parallel_for_each(N * OH, LoopCost{4.0 * taps + 4.0 * static_cast<double>(OW * C), taps}, [&](int64_t row) {
-      const int64_t n = row / OH, oh = row % OH;
-      const int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
-      const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
-        const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
-        float* yp = y + (row * OW + ow) * C;
-        if constexpr (kC > 0) {
-          float acc[kC];
-#pragma omp simd
-          for (int64_t c = 0; c < kC; ++c) acc[c] = kLowest;
-          for (int64_t h = hlo; h < hhi; ++h)
-            for (int64_t w = wlo; w < whi; ++w) {
-              const float* xp = x + ((n * H + h) * W + w) * kC;
-              // omp simd: -O2's cheap vectorizer model leaves this 8-wide loop scalar.
-#pragma omp simd
-              for (int64_t c = 0; c < kC; ++c) acc[c] = std::max(acc[c], xp[c]);
-            }
-#pragma omp simd
-          for (int64_t c = 0; c < kC; ++c) yp[c] = acc[c];
-        } else {
-          std::fill(yp, yp + C, kLowest);
-          for (int64_t h = hlo; h < hhi; ++h)
-            for (int64_t w = wlo; w < whi; ++w) {
-              const float* xp = x + ((n * H + h) * W + w) * C;
-#pragma omp simd
-              for (int64_t c = 0; c < C; ++c) yp[c] = std::max(yp[c], xp[c]);
-            }
-        }
-      }
-    });
-    return Status::Ok();
+  static Status row_buffer_error() {
+    return ResourceExhausted(std::string(kMax ? "max" : "average") + " pool: out of memory for a row buffer");
   }
 
   std::unique_ptr<Kernel> ref_;
   std::atomic<bool> row_failed_{false};
   WindowAttrs w_;
-  bool ceil_mode_;
+  bool ceil_mode_, count_include_pad_;
   ConvLayout layout_;
   bool fast_ = false, use_ref_ = false;
   WindowGeom g_;
 };
 
-StatusOr<std::unique_ptr<Kernel>> make_vectorized_max_pool(AttrReader& attrs) {
+StatusOr<std::unique_ptr<Kernel>> make_vectorized_pool(PoolKind kind, AttrReader& attrs) {
   ConvLayout layout = ConvLayout::kNchw;
-  KILN_ASSIGN_OR_RETURN(auto ref, make_max_pool(attrs, &layout));
+  std::unique_ptr<Kernel> ref;
+  if (kind == PoolKind::kMax) {
+    KILN_ASSIGN_OR_RETURN(ref, make_max_pool(attrs, &layout));
+  } else {
+    KILN_ASSIGN_OR_RETURN(ref, make_pool(kind, attrs));
+  }
   WindowAttrs w;
   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
   KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
-  return std::unique_ptr<Kernel>(std::make_unique<VectorizedMaxPool>(std::move(ref), std::move(w), ceil_mode != 0, layout));
+  if (kind == PoolKind::kMax)
+    return std::unique_ptr<Kernel>(std::make_unique<VectorizedPool<PoolKind::kMax>>(std::move(ref), std::move(w), ceil_mode != 0, false, layout));
+  KILN_ASSIGN_OR_RETURN(int64_t count_include_pad, attrs.get_int("count_include_pad", 0));
+  return std::unique_ptr<Kernel>(
+      std::make_unique<VectorizedPool<PoolKind::kAverage>>(std::move(ref), std::move(w), ceil_mode != 0, count_include_pad != 0, layout));
 }
 
 // GlobalAveragePool over float32 planes: each plane's mean from 16 independent partial sums (a
 // vector's lanes, so it vectorizes without reassociating one chain), combined in double. The
-// reference's generic window loop does not vectorize over a plane. In the layouts with channels
-// innermost (NHWC; nChw8c is NHWC over N*C/8 images of 8 channels), each image's pixels are summed
-// as channel vectors in double.
+// reference's generic window loop does not vectorize over a plane. The layouts with channels
+// innermost (NHWC; nChw8c is NHWC over N*C/8 images of 8 channels) run the loops of
+// runtime/kernels/nn_pool_blocked_kernels.cpp.
 class VectorizedGlobalAveragePool final : public Kernel {
  public:
   VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
@@ -413,16 +405,24 @@ class VectorizedGlobalAveragePool final : public Kernel {
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
     fast_ = in[0].dtype == DType::kFloat32 && in[0].shape.rank() >= 3;
+    if (fast_ && layout_ != ConvLayout::kNchw) {
+      channels_inner(in[0].shape, &images_, &pixels_, &channels_);
+      // The blocked path's per-chunk sums: sized here, so run() does not allocate.
+      if (channels_ == 8) partial_.assign(static_cast<size_t>(global_average_pool_blocked8_partials(images_, pixels_)), 0.0);
+    }
     return fast_ ? Status::Ok() : ref_->prepare(in, out);
   }
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     if (!fast_) return ref_->run(in, out);
     const Shape& x = in[0].shape;
-    if (layout_ == ConvLayout::kNhwc) return run_channels_inner(in, out, x[0], x[1] * x[2], x[3]);
-    if (layout_ != ConvLayout::kNchw) return run_channels_inner(in, out, x[0] * x[1], x[2] * x[3], x[4]);
-    const int64_t planes = x[0] * x[1], size = x.numel() / std::max<int64_t>(planes, 1);
     const float* src = in[0].as<float>();
     float* dst = out[0].as<float>();
+    if (layout_ != ConvLayout::kNchw) {
+      if (channels_ == 8) global_average_pool_blocked8(src, dst, images_, pixels_, partial_.data());
+      else global_average_pool_channels_inner(src, dst, images_, pixels_, channels_);
+      return Status::Ok();
+    }
+    const int64_t planes = x[0] * x[1], size = x.numel() / std::max<int64_t>(planes, 1);
     constexpr int64_t kLanes = 16;
     parallel_for_each(planes, LoopCost{4.0 * static_cast<double>(size), static_cast<double>(size)}, [&](int64_t pl) {
       const float* p = src + pl * size;
@@ -440,47 +440,19 @@ class VectorizedGlobalAveragePool final : public Kernel {
   }
 
  private:
-  // [images, pixels, C] -> [images, C]; items of up to kChunk channels of one image. Float partial
-  // sums over runs of kRun pixels (vectorized across the channels), added up in double: the
-  // rounding of the NCHW path's 16 lanes, without a double conversion per element.
-  Status run_channels_inner(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
-                            int64_t C) {
-    if (C == 8) return run_channels_inner_fixed<8>(in, out, images, pixels, C);
-    return run_channels_inner_fixed<0>(in, out, images, pixels, C);
-  }
-  template <int64_t kFixed>
-  Status run_channels_inner_fixed(std::span<const TensorView> in, std::span<const TensorView> out, int64_t images, int64_t pixels,
-                                  int64_t c_runtime) {
-    constexpr int64_t kChunk = kFixed > 0 ? kFixed : 64, kRun = 64;
-    const int64_t C = kFixed > 0 ? kFixed : c_runtime;
-    const int64_t chunks = (C + kChunk - 1) / kChunk;
-    const float* src = in[0].as<float>();
-    float* dst = out[0].as<float>();
-    const double per_item = static_cast<double>(pixels) * static_cast<double>(std::min(C, kChunk));
-    parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
-      const int64_t img = item / chunks, c0 = (item % chunks) * kChunk;
-      const int64_t width = kFixed > 0 ? kFixed : std::min(C, c0 + kChunk) - c0;
-      double total[kChunk] = {};
-      for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
-        float part[kChunk] = {};
-        const int64_t p1 = std::min(pixels, p0 + kRun);
-        for (int64_t p = p0; p < p1; ++p) {
-          const float* xp = src + (img * pixels + p) * C + c0;
-#pragma omp simd
-          for (int64_t c = 0; c < width; ++c) part[c] += xp[c];
-        }
-#pragma omp simd
-        for (int64_t c = 0; c < width; ++c) total[c] += part[c];
-      }
-      for (int64_t c = 0; c < width; ++c)
-        dst[img * C + c0 + c] = static_cast<float>(pixels > 0 ? total[c] / static_cast<double>(pixels) : 0.0);
-    });
-    return Status::Ok();
+  // [images, pixels, C] of an NHWC or nChw8c input (4-D / 5-D, checked by infer()).
+  void channels_inner(const Shape& x, int64_t* images, int64_t* pixels, int64_t* C) const {
+    const bool nhwc = layout_ == ConvLayout::kNhwc;
+    *images = nhwc ? x[0] : x[0] * x[1];
+    *pixels = nhwc ? x[1] * x[2] : x[2] * x[3];
+    *C = nhwc ? x[3] : x[4];
   }
 
   std::unique_ptr<Kernel> ref_;
   ConvLayout layout_;
   bool fast_ = false;
+  int64_t images_ = 0, pixels_ = 0, channels_ = 0;
+  std::vector<double> partial_;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& attrs) {
@@ -494,115 +466,15 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 
 }  // namespace
 
-// AveragePool over NCHW float32 planes, 1-D and 2-D without dilation: per output row the window's
-// input rows summed into a row buffer (contiguous, so it vectorizes), then the strided horizontal
-// sums, as VectorizedMaxPool does. The reference's generic loop (a double per tap, bounds checks)
-// took 2.4 ms for one of DenseNet-121's 2x2 transition pools, 40x ONNX Runtime's time. The divisor
-// is the reference's: the taps inside the input, or with count_include_pad those inside the
-// padded input.
-class VectorizedAveragePool final : public Kernel {
- public:
-  VectorizedAveragePool(std::unique_ptr<Kernel> ref, WindowAttrs w, bool ceil_mode, bool count_include_pad)
-      : ref_(std::move(ref)), w_(std::move(w)), ceil_mode_(ceil_mode), count_include_pad_(count_include_pad) {}
-  const char* impl_name() const override { return use_ref_ ? "reference" : "vectorized"; }
-
-  Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
-  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    const Shape& x = in[0].shape;
-    const int n = x.rank() - 2;
-    fast_ = in[0].dtype == DType::kFloat32 && (n == 1 || n == 2) && static_cast<int>(w_.kernel_shape.size()) == n;
-    if (fast_) {
-      KILN_ASSIGN_OR_RETURN(g_, forward_window_geometry(w_, x.data() + 2, w_.kernel_shape.data(), n, ceil_mode_));
-      for (int d = 0; d < n; ++d) fast_ = fast_ && g_.dil[d] == 1;
-      if (n == 1) {  // as 2-D with a leading unit dim
-        std::swap(g_.in[0], g_.in[1]);
-        std::swap(g_.out[0], g_.out[1]);
-        std::swap(g_.k[0], g_.k[1]);
-        std::swap(g_.stride[0], g_.stride[1]);
-        std::swap(g_.pad_begin[0], g_.pad_begin[1]);
-        std::swap(g_.pad_end[0], g_.pad_end[1]);
-      }
-    }
-    use_ref_ = !fast_;
-    return fast_ ? Status::Ok() : ref_->prepare(in, out);
-  }
-  Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
-    if (!fast_) return ref_->run(in, out);
-    const WindowGeom& g = g_;
-    const int64_t planes = in[0].shape[0] * in[0].shape[1];
-    const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-    const float* x = in[0].as<float>();
-    float* y = out[0].as<float>();
-    const double taps = static_cast<double>(OH) * static_cast<double>(g.k[0] * W + g.k[1] * OW);
-    const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OH * OW), taps};
-    ThreadPool::global().parallel_for(planes, cost, [&](int64_t pl_begin, int64_t pl_end, int) {
-      float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W, 1))));
-      if (!row) {
-        row_failed_.store(true, std::memory_order_relaxed);
-        return;
-      }
-      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
-        const float* xp = x + pl * H * W;
-        float* yp = y + pl * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t h0 = oh * g.stride[0] - g.pad_begin[0];
-          const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.k[0], H);
-          const int64_t hpad = std::min(h0 + g.k[0], H + g.pad_end[0]) - h0;
-          float* yr = yp + oh * OW;
-          if (hlo >= hhi) {
-            std::fill(yr, yr + OW, 0.0f);
-            continue;
-          }
-          std::copy(xp + hlo * W, xp + hlo * W + W, row);
-          for (int64_t h = hlo + 1; h < hhi; ++h) {
-            const float* xr = xp + h * W;
-            float* r = row;
-#pragma omp simd
-            for (int64_t w = 0; w < W; ++w) r[w] += xr[w];
-          }
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
-            const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
-            const int64_t wpad = std::min(w0 + g.k[1], W + g.pad_end[1]) - w0;
-            float sum = 0.0f;
-            for (int64_t w = wlo; w < whi; ++w) sum += row[w];
-            const int64_t div = count_include_pad_ ? hpad * wpad : (hhi - hlo) * std::max<int64_t>(whi - wlo, 0);
-            yr[ow] = div > 0 ? sum / static_cast<float>(div) : 0.0f;
-          }
-        }
-      }
-    });
-    if (row_failed_.exchange(false, std::memory_order_relaxed)) return ResourceExhausted("average pool: out of memory for a row buffer");
-    return Status::Ok();
-  }
-
- private:
-  std::unique_ptr<Kernel> ref_;
-  std::atomic<bool> row_failed_{false};
-  WindowAttrs w_;
-  bool ceil_mode_, count_include_pad_;
-  bool fast_ = false, use_ref_ = false;
-  WindowGeom g_;
-};
-
-StatusOr<std::unique_ptr<Kernel>> make_vectorized_average_pool(AttrReader& attrs) {
-  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kAverage, attrs));
-  WindowAttrs w;
-  KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-  KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
-  KILN_ASSIGN_OR_RETURN(int64_t count_include_pad, attrs.get_int("count_include_pad", 0));
-  return std::unique_ptr<Kernel>(std::make_unique<VectorizedAveragePool>(std::move(ref), std::move(w), ceil_mode != 0, count_include_pad != 0));
-}
-
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
            ConvLayout layout;
            return make_max_pool(a, &layout);
          }});
-  r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_max_pool(a); }});
+  r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kMax, a); }});
   r.add({"AveragePool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kAverage, a); }});
-  r.add({"AveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_average_pool(a); }});
+  r.add({"AveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kAverage, a); }});
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
   r.add({"GlobalMaxPool", "reference", 0,
          [](const KernelArgs&, AttrReader& a) { return make_global_pool(PoolKind::kMax, a); }});

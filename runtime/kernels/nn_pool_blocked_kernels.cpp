@@ -1,0 +1,176 @@
+// The pools over channels-innermost data (runtime/kernels/nn_pool_blocked.h): MaxPool and
+// GlobalAveragePool for the layouts builder/passes/conv_channels_last.cpp keeps between FusedConvs,
+// NHWC and nChw8c (NHWC over N*C/8 images of 8 channels, so one AVX2 vector a pixel). The build
+// targets x86-64-v3, so AVX2 is the baseline here; AVX-512 machines use NHWC, whose C-vectors these
+// loops walk 8 lanes at a time.
+#include "runtime/kernels/nn_pool_blocked.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+
+#include "runtime/thread_pool.h"
+#include "runtime/thread_scratch.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr float kLowest = std::numeric_limits<float>::lowest();
+
+// out[i] = max(acc[i], x[i]) with std::max's rule (acc kept when either is NaN), the reference's
+// and the NCHW path's. `out` may be `acc`.
+inline void max_into(const float* acc, const float* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    // Four independent vectors: the loads, not the max latency, bound the loop.
+    const __m256 m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(acc + i));
+    const __m256 m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(acc + i + 8));
+    const __m256 m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(acc + i + 16));
+    const __m256 m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(acc + i + 24));
+    _mm256_storeu_ps(out + i, m0);
+    _mm256_storeu_ps(out + i + 8, m1);
+    _mm256_storeu_ps(out + i + 16, m2);
+    _mm256_storeu_ps(out + i + 24, m3);
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(acc + i)));
+  for (; i < n; ++i) out[i] = std::max(acc[i], x[i]);
+}
+
+// One output row from `src`, the vertical maximum of its window's input rows ([W, C]): each output
+// pixel the maximum of its window's columns. kC8: C == 8, one vector a pixel kept in a register.
+template <bool kC8>
+void max_pool_row_horizontal(const float* src, float* dst, int64_t C, const WindowGeom& g) {
+  const int64_t W = g.in[1], OW = g.out[1], kw = g.k[1], sw = g.stride[1], pw = g.pad_begin[1];
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t w0 = ow * sw - pw;
+    const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + kw, W);
+    float* yp = dst + ow * C;
+    if (wlo >= whi) {
+      std::fill(yp, yp + C, kLowest);
+      continue;
+    }
+    if constexpr (kC8) {
+      __m256 acc = _mm256_loadu_ps(src + wlo * 8);
+      for (int64_t w = wlo + 1; w < whi; ++w) acc = _mm256_max_ps(_mm256_loadu_ps(src + w * 8), acc);
+      _mm256_storeu_ps(yp, acc);
+    } else {
+      std::copy(src + wlo * C, src + wlo * C + C, yp);
+      for (int64_t w = wlo + 1; w < whi; ++w) max_into(yp, src + w * C, yp, C);
+    }
+  }
+}
+
+// GlobalAveragePool's nChw8c chunks: pixels per work item, and per float partial sum before it is
+// added into the double total (the rounding of the NCHW path's 16 float lanes).
+constexpr int64_t kChunkPixels = 1024, kRunPixels = 64;
+
+int64_t blocked8_chunks(int64_t pixels) { return std::max<int64_t>(1, (pixels + kChunkPixels - 1) / kChunkPixels); }
+
+}  // namespace
+
+// Separable, as the NCHW path: per output row the elementwise maximum of the window's input rows
+// into a row buffer ([W, C], contiguous), then per output pixel the maximum of its window's columns
+// of that buffer. Items are (image, output row) pairs.
+bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t kh = g.k[0], sh = g.stride[0], ph = g.pad_begin[0];
+  const double taps = static_cast<double>(C) * static_cast<double>(kh * W + g.k[1] * OW);
+  const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OW * C), taps};
+  std::atomic<bool> any_failed{false};
+  ThreadPool::global().parallel_for(images * OH, cost, [&](int64_t begin, int64_t end, int) {
+    // This thread's row buffer, kept across steps (no allocation in steady state).
+    float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W * C, 1))));
+    if (!row) {
+      any_failed.store(true, std::memory_order_relaxed);
+      return;
+    }
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t img = item / OH, oh = item % OH;
+      const int64_t h0 = oh * sh - ph;
+      const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + kh, H);
+      float* yr = y + item * OW * C;
+      if (hlo >= hhi) {
+        std::fill(yr, yr + OW * C, kLowest);
+        continue;
+      }
+      const float* xi = x + img * H * W * C;
+      const float* src = xi + hlo * W * C;  // one row: read in place
+      if (hhi - hlo > 1) {
+        max_into(src, xi + (hlo + 1) * W * C, row, W * C);
+        for (int64_t h = hlo + 2; h < hhi; ++h) max_into(row, xi + h * W * C, row, W * C);
+        src = row;
+      }
+      if (C == 8) max_pool_row_horizontal<true>(src, yr, C, g);
+      else max_pool_row_horizontal<false>(src, yr, C, g);
+    }
+  });
+  return !any_failed.load(std::memory_order_relaxed);
+}
+
+int64_t global_average_pool_blocked8_partials(int64_t images, int64_t pixels) { return images * blocked8_chunks(pixels) * 8; }
+
+// Items are (image, chunk of pixels), so a few large images still spread over the threads. Four
+// float accumulators per run of pixels (one add chain would be bound by the add latency), summed
+// into the chunk's double total; the chunks' totals are added up in order afterwards.
+void global_average_pool_blocked8(const float* x, float* y, int64_t images, int64_t pixels, double* partial) {
+  const int64_t chunks = blocked8_chunks(pixels);
+  const double per_item = 8.0 * static_cast<double>(std::min(pixels, kChunkPixels));
+  parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
+    const int64_t img = item / chunks, p0 = (item % chunks) * kChunkPixels, p1 = std::min(pixels, p0 + kChunkPixels);
+    const float* xp = x + img * pixels * 8;
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t r0 = p0; r0 < p1; r0 += kRunPixels) {
+      const int64_t r1 = std::min(p1, r0 + kRunPixels);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      int64_t p = r0;
+      for (; p + 4 <= r1; p += 4) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(xp + p * 8));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(xp + p * 8 + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(xp + p * 8 + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(xp + p * 8 + 24));
+      }
+      for (; p < r1; ++p) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(xp + p * 8));
+      const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));
+      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));
+    }
+    _mm256_storeu_pd(partial + item * 8, lo);
+    _mm256_storeu_pd(partial + item * 8 + 4, hi);
+  });
+  for (int64_t img = 0; img < images; ++img)
+    for (int64_t c = 0; c < 8; ++c) {
+      double total = 0;
+      for (int64_t k = 0; k < chunks; ++k) total += partial[(img * chunks + k) * 8 + c];
+      y[img * 8 + c] = static_cast<float>(pixels > 0 ? total / static_cast<double>(pixels) : 0.0);
+    }
+}
+
+// Items of up to kChunk channels of one image. Float partial sums over runs of kRun pixels
+// (vectorized across the channels, kChunk / 8 independent add chains), added up in double.
+void global_average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t pixels, int64_t C) {
+  constexpr int64_t kChunk = 64, kRun = 64;
+  const int64_t chunks = (C + kChunk - 1) / kChunk;
+  const double per_item = static_cast<double>(pixels) * static_cast<double>(std::min(C, kChunk));
+  parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
+    const int64_t img = item / chunks, c0 = (item % chunks) * kChunk;
+    const int64_t width = std::min(C, c0 + kChunk) - c0;
+    double total[kChunk] = {};
+    for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
+      float part[kChunk] = {};
+      const int64_t p1 = std::min(pixels, p0 + kRun);
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = x + (img * pixels + p) * C + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) part[c] += xp[c];
+      }
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) total[c] += part[c];
+    }
+    for (int64_t c = 0; c < width; ++c) y[img * C + c0 + c] = static_cast<float>(pixels > 0 ? total[c] / static_cast<double>(pixels) : 0.0);
+  });
+}
+
+}  // namespace kiln
