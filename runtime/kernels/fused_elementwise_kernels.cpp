@@ -5,6 +5,8 @@
 // merged where every input is contiguous across them, so the innermost dim reads every input at
 // step 0 or 1. A value whose operands all read at step 0 along a run (a per-channel scale over a
 // row of pixels) is computed once per run, not once per element.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -70,6 +72,20 @@ Walk make_walk(const Shape& out, std::span<const TensorView> in, bool keep_last)
     w.dims[0] = 1;
   }
   return w;
+}
+
+// A block of a bool input as 1.0f / 0.0f. In lanes: an attention mask is a bool input of every
+// block of the scores, and the scalar loop took most of such a step's time.
+void bools_to_floats(const uint8_t* b, int64_t n, float* out) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256i one = _mm256_set1_epi32(1);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + i)));
+    _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_min_epu32(w, one)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = b[i] ? 1.0f : 0.0f;
 }
 
 // One register: where its current block is and whether it varies along it (step 1) or not (0).
@@ -147,8 +163,7 @@ class FusedElementwiseKernel final : public Kernel {
       if (in[k].dtype == DType::kFloat32) {
         s.reg[k] = {in[k].as<const float>() + o, step};
       } else {
-        const bool* b = in[k].as<const bool>() + o;
-        for (int64_t i = 0; i < (step ? n : 1); ++i) s.bools[k][i] = b[i] ? 1.0f : 0.0f;
+        bools_to_floats(reinterpret_cast<const uint8_t*>(in[k].as<const bool>() + o), step ? n : 1, s.bools[k]);
         s.reg[k] = {s.bools[k], step};
       }
     }
@@ -158,9 +173,14 @@ class FusedElementwiseKernel final : public Kernel {
   // Runs the program over one block of n elements and writes the result to y[0..n).
   void execute(const vec::Table& t, Scratch& s, int64_t n, float* y) const {
     for (const Instr& ins : prog_) {
-      float* dst = s.temp[ins.dst - first_temp()];
       const Reg a = s.reg[ins.a];
       int64_t step = a.step;
+      // The last instruction writes the output itself when its result varies along the block
+      // (an operand may be the output's own buffer: each vector loop reads an element before it
+      // writes it).
+      if (ins.op >= fused::kBinaryBase) step |= s.reg[ins.b].step;
+      if (ins.op >= fused::kSelect) step |= s.reg[ins.c].step;
+      float* dst = &ins == &prog_.back() && step ? y : s.temp[ins.dst - first_temp()];
       if (ins.op < fused::kBinaryBase) {
         vec::Params p;
         if (ins.b >= 0) p.alpha = *s.reg[ins.b].p;
@@ -168,16 +188,15 @@ class FusedElementwiseKernel final : public Kernel {
         t.unary[ins.op - fused::kUnaryBase](a.p, dst, step ? n : 1, p);
       } else if (ins.op < fused::kSelect) {
         const Reg b = s.reg[ins.b];
-        step |= b.step;
         t.binary[ins.op - fused::kBinaryBase](a.p, a.step, b.p, b.step, dst, step ? n : 1);
       } else {
         const Reg b = s.reg[ins.b], c = s.reg[ins.c];
-        step |= b.step | c.step;
         t.select(a.p, a.step, b.p, b.step, c.p, c.step, dst, step ? n : 1);
       }
       s.reg[ins.dst] = {dst, step};
     }
     const Reg r = s.reg[out_reg()];
+    if (r.p == y) return;
     if (r.step) std::memcpy(y, r.p, sizeof(float) * static_cast<size_t>(n));
     else std::fill(y, y + n, *r.p);
   }
