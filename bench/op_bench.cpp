@@ -172,6 +172,16 @@ BENCHMARK(scores_mask)->Unit(benchmark::kMillisecond)->UseRealTime();
 void scores_softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kScores, -4, 4, 1)}); }
 BENCHMARK(scores_softmax)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Unfused attention's K^T: [T, H, D] -> [H, D, T] at ViT's 197 tokens.
+void transpose_kt(benchmark::State& s) {
+  run_op(s, "Transpose", {random(DType::kFloat32, Shape{197, 12, 64}, -4, 4, 1)}, [] {
+    AttrMap a;
+    a["perm"] = Attribute::Ints({1, 2, 0});
+    return a;
+  }());
+}
+BENCHMARK(transpose_kt)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kGpt, -4, 4, 1)}); }
 BENCHMARK(softmax)->Unit(benchmark::kMicrosecond);
 
