@@ -8,6 +8,7 @@
 // KILN_SIMD=avx2 pins the AVX2 build of the vector loops (runtime/kernels/vec_kernels.h).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,6 +153,34 @@ void reduce(benchmark::State& s, const char* op) {
 BENCHMARK_CAPTURE(reduce, ReduceMean, "ReduceMean")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(reduce, ReduceSum, "ReduceSum")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(reduce, ReduceMax, "ReduceMax")->Unit(benchmark::kMicrosecond);
+
+// Unfused attention's scores at the ControlTransformer forward's [1, 6, 1644, 1644]: the
+// elementwise fusion's Div by the scale then Where(mask, -inf) over a broadcast bool mask, and the
+// Softmax after it.
+const Shape kScores{1, 6, 1644, 1644};
+void scores_mask(benchmark::State& s) {
+  Tensor mask = random(DType::kBool, Shape{1644, 1644}, -1, 1, 2);
+  run_op(s, "FusedElementwise", {random(DType::kFloat32, kScores, -4, 4, 1), mask}, [&] {
+    AttrMap f;
+    // r4 = x / 8 (Binary kDiv = 3, immediate r2); r5 = mask ? r3 (-inf) : r4.
+    f["program"] = Attribute::Ints({100 + 3, 4, 0, 2, -1, 200, 5, 1, 3, 4});
+    f["immediates"] = Attribute::Floats({8.0f, -INFINITY});
+    return f;
+  }());
+}
+BENCHMARK(scores_mask)->Unit(benchmark::kMillisecond)->UseRealTime();
+void scores_softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kScores, -4, 4, 1)}); }
+BENCHMARK(scores_softmax)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Unfused attention's K^T: [T, H, D] -> [H, D, T] at ViT's 197 tokens.
+void transpose_kt(benchmark::State& s) {
+  run_op(s, "Transpose", {random(DType::kFloat32, Shape{197, 12, 64}, -4, 4, 1)}, [] {
+    AttrMap a;
+    a["perm"] = Attribute::Ints({1, 2, 0});
+    return a;
+  }());
+}
+BENCHMARK(transpose_kt)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kGpt, -4, 4, 1)}); }
 BENCHMARK(softmax)->Unit(benchmark::kMicrosecond);

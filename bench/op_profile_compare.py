@@ -3,7 +3,10 @@
 normalisation step is slower than ONNX Runtime's same op in its own profile").
 
   /usr/bin/python3 bench/op_profile_compare.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
-      [--zoo | --zoo-only] [--export] [--results FILE] [--markdown FILE] [--engine-run PATH]
+      [--zoo | --zoo-only] [--export] [--fusion-off] [--results FILE] [--markdown FILE] [--engine-run PATH]
+
+--fusion-off builds kiln with attention fusion off (`fusions: {attention: off}`), so the attention's own
+steps (batched MatMul, Softmax, the mask, Transpose) are compared one by one.
 
 Workloads, model exports and input cases are the peer benchmark's (bench/run_peer_bench.py; --zoo adds, and
 --zoo-only runs only, the torchvision zoo at batch 1). For each workload, R rounds alternate the two engines:
@@ -274,6 +277,8 @@ def run_kiln(a, onnx_path, inputs, d, r):
     trace = os.path.join(d, f"kiln_round{r}.trace.json")
     cmd = [a.engine_run, onnx_path, "--iterations", str(a.iterations), "--json", trace[:-11] + ".lat",
            "--profile-layers", trace, "--threads", str(a.threads)]
+    if a.fusion_off:
+        cmd += ["--disable-pass", "attention_fusion"]
     for name, p in inputs:
         cmd += ["--input", f"{name}={p}"]
     return cmd, dict(os.environ, OMP_NUM_THREADS=str(a.threads)), trace
@@ -408,6 +413,7 @@ def write_markdown(path, result):
         f"at end: {', '.join(f'{x:.2f}' for x in result['loadavg_end'])}.",
         f"- onnxruntime-node {v['onnxruntime-node']} (node {v['node']}), kiln commit {v['kiln_commit']}"
         f"{' (+ uncommitted changes)' if v['kiln_worktree_dirty'] else ''}.",
+        *([f"- kiln built with attention fusion off (`--disable-pass attention_fusion`)."] if result.get("fusion_off") else []),
         f"- {result['rounds']} rounds, ORT then kiln in every round; {result['threads']} threads each. ORT: 1 warm-up + "
         f"{result['iterations']} profiled runs per round (enableProfiling), a node's time = median of its kernel time "
         f"over all profiled runs. kiln: {result['iterations']} timed runs then one per-step profiled run "
@@ -500,6 +506,9 @@ def main(argv=None):
                    help="keep workloads whose model or model/profile is NAME (repeatable)")
     p.add_argument("--zoo", action="store_true", help="add the torchvision zoo (models/torchvision_zoo.py) at batch 1")
     p.add_argument("--zoo-only", action="store_true", help="run the zoo only")
+    p.add_argument("--fusion-off", action="store_true",
+                   help="build kiln with attention fusion off (engine-run --disable-pass attention_fusion, as "
+                        "`fusions: {attention: off}` does), like run_peer_bench.py's attention-off rows")
     p.add_argument("--export", action="store_true",
                    help="export missing models and cases as run_peer_bench.py does (default: report them missing)")
     p.add_argument("--engine-run", default=os.path.join(ROOT, "build", "engine-run"), help="(default build/engine-run)")
@@ -546,7 +555,7 @@ def main(argv=None):
         "command": command, "started": started,
         "finished": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": peer.machine_info(), "loadavg_start": list(load_start), "loadavg_end": list(load_end),
-        "versions": peer.versions(a), "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
+        "versions": peer.versions(a), "fusion_off": a.fusion_off, "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
         "replaced_in_trace": any(r.get("replaced_in_trace") for r in records),
         "results_file": a.results, "workloads": records,
     }

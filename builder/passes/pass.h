@@ -59,6 +59,7 @@ Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status batchnorm_folding(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
+Status softmax_prologue_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);
 // The layout conv_channels_last keeps between convolutions on this machine (cpu_info(), capped by
 // KILN_MAX_CPU_ISA): "nhwc" with AVX-512, "nchw8c" without.

@@ -76,6 +76,11 @@ const std::vector<Pass>& pass_pipeline() {
        "step, a vector register program making one pass over memory; after the matmul and conv epilogue fusions, "
        "which compute the activations they can in their own epilogues",
        elementwise_fusion},
+      {"softmax_prologue_fusion",
+       "join each Softmax over the last axis to the kiln::FusedElementwise computing its input (an unfused "
+       "attention's scale and mask), so every row of the scores is normalised while it is in cache; after "
+       "elementwise_fusion, which builds that node",
+       softmax_prologue_fusion},
       {"conv_channels_last",
        "keep the values flowing from FusedConv to FusedConv (through MaxPools and channel Concats) in oneDNN's "
        "computing layout on the build CPU (NHWC with AVX-512, nChw8c with AVX2), so no reorder runs between "

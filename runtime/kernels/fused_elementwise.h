@@ -7,6 +7,8 @@
 //   immediates  floats: the one-element constants of the tree and the ops' parameters
 //   norm        "none" (default) | "layer" | "rms": a normalisation stage first (below)
 //   epsilon     float, the normalisation's epsilon
+//   softmax     int 0 (default) | 1: the output is the Softmax over its last axis of the program's
+//               result (builder/passes/softmax_prologue_fusion.cpp); not with a normalisation stage
 // Registers: [0, num_inputs) are the inputs, [num_inputs, num_inputs + num_immediates) the
 // immediates, then temporaries; the last instruction's dst is the output. With a normalisation
 // stage, input 0 is x (of the output's shape, normalised over its last axis) and the first

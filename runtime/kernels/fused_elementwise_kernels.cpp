@@ -5,6 +5,8 @@
 // merged where every input is contiguous across them, so the innermost dim reads every input at
 // step 0 or 1. A value whose operands all read at step 0 along a run (a per-channel scale over a
 // row of pixels) is computed once per run, not once per element.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -72,6 +74,20 @@ Walk make_walk(const Shape& out, std::span<const TensorView> in, bool keep_last)
   return w;
 }
 
+// A block of a bool input as 1.0f / 0.0f. In lanes: an attention mask is a bool input of every
+// block of the scores, and the scalar loop took most of such a step's time.
+void bools_to_floats(const uint8_t* b, int64_t n, float* out) {
+  int64_t i = 0;
+#ifdef __AVX2__
+  const __m256i one = _mm256_set1_epi32(1);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + i)));
+    _mm256_storeu_ps(out + i, _mm256_cvtepi32_ps(_mm256_min_epu32(w, one)));
+  }
+#endif
+  for (; i < n; ++i) out[i] = b[i] ? 1.0f : 0.0f;
+}
+
 // One register: where its current block is and whether it varies along it (step 1) or not (0).
 struct Reg {
   const float* p;
@@ -80,8 +96,9 @@ struct Reg {
 
 class FusedElementwiseKernel final : public Kernel {
  public:
-  FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, int num_inputs, int num_regs)
-      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), ni_(num_inputs), nregs_(num_regs) {}
+  FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, bool softmax, int num_inputs,
+                         int num_regs)
+      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), softmax_(softmax), ni_(num_inputs), nregs_(num_regs) {}
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     if (static_cast<int>(in.size()) != ni_)
@@ -95,6 +112,7 @@ class FusedElementwiseKernel final : public Kernel {
     if (norm_ != Norm::kNone && (in[0].shape != shape || in[0].dtype != DType::kFloat32 || shape.rank() == 0))
       return InvalidArgument("input 0 (the normalised x) has shape " + in[0].shape.str() + " and dtype " + dtype_name(in[0].dtype) +
                              "; it must be float32 of the output's shape " + shape.str() + ", rank >= 1");
+    if (softmax_ && shape.rank() == 0) return InvalidArgument("softmax over the last axis needs an output of rank >= 1, got a scalar");
     out[0] = TensorDesc{DType::kFloat32, shape};
     return Status::Ok();
   }
@@ -102,8 +120,8 @@ class FusedElementwiseKernel final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const int64_t total = out[0].numel();
     if (total == 0) return Status::Ok();
-    Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone);
-    const uint32_t period8 = norm_ == Norm::kNone ? merge_channel_blocks(w) : 0;
+    Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone || softmax_);
+    const uint32_t period8 = norm_ == Norm::kNone && !softmax_ ? merge_channel_blocks(w) : 0;
     const vec::Table& t = vec::table();
     float* y = out[0].as<float>();
     const int64_t inner = w.inner(), rows = total / inner;
@@ -114,6 +132,11 @@ class FusedElementwiseKernel final : public Kernel {
     if (norm_ != Norm::kNone) {
       const double d = static_cast<double>(inner);
       parallel_for_each(rows, LoopCost{bytes * d, (flops + 6.0) * d}, [&](int64_t r) { norm_row(t, w, in, y, r); });
+      return Status::Ok();
+    }
+    if (softmax_) {
+      const double d = static_cast<double>(inner);
+      parallel_for_each(rows, LoopCost{bytes * d, (flops + 30.0) * d}, [&](int64_t r) { softmax_row(t, w, in, y, r); });
       return Status::Ok();
     }
     const int64_t per_row = (inner + kBlock - 1) / kBlock, items = rows * per_row;
@@ -192,8 +215,7 @@ class FusedElementwiseKernel final : public Kernel {
       if (in[k].dtype == DType::kFloat32) {
         s.reg[k] = {in[k].as<const float>() + o, step};
       } else {
-        const bool* b = in[k].as<const bool>() + o;
-        for (int64_t i = 0; i < (step ? n : 1); ++i) s.bools[k][i] = b[i] ? 1.0f : 0.0f;
+        bools_to_floats(reinterpret_cast<const uint8_t*>(in[k].as<const bool>() + o), step ? n : 1, s.bools[k]);
         s.reg[k] = {s.bools[k], step};
       }
     }
@@ -203,9 +225,14 @@ class FusedElementwiseKernel final : public Kernel {
   // Runs the program over one block of n elements and writes the result to y[0..n).
   void execute(const vec::Table& t, Scratch& s, int64_t n, float* y) const {
     for (const Instr& ins : prog_) {
-      float* dst = s.temp[ins.dst - first_temp()];
       const Reg a = s.reg[ins.a];
       int64_t step = a.step;
+      // The last instruction writes the output itself when its result varies along the block
+      // (an operand may be the output's own buffer: each vector loop reads an element before it
+      // writes it).
+      if (ins.op >= fused::kBinaryBase) step |= s.reg[ins.b].step;
+      if (ins.op >= fused::kSelect) step |= s.reg[ins.c].step;
+      float* dst = &ins == &prog_.back() && step ? y : s.temp[ins.dst - first_temp()];
       if (ins.op < fused::kBinaryBase) {
         vec::Params p;
         if (ins.b >= 0) p.alpha = *s.reg[ins.b].p;
@@ -213,16 +240,15 @@ class FusedElementwiseKernel final : public Kernel {
         t.unary[ins.op - fused::kUnaryBase](a.p, dst, step ? n : 1, p);
       } else if (ins.op < fused::kSelect) {
         const Reg b = s.reg[ins.b];
-        step |= b.step;
         t.binary[ins.op - fused::kBinaryBase](a.p, a.step, b.p, b.step, dst, step ? n : 1);
       } else {
         const Reg b = s.reg[ins.b], c = s.reg[ins.c];
-        step |= b.step | c.step;
         t.select(a.p, a.step, b.p, b.step, c.p, c.step, dst, step ? n : 1);
       }
       s.reg[ins.dst] = {dst, step};
     }
     const Reg r = s.reg[out_reg()];
+    if (r.p == y) return;
     if (r.step) std::memcpy(y, r.p, sizeof(float) * static_cast<size_t>(n));
     else std::fill(y, y + n, *r.p);
   }
@@ -272,6 +298,30 @@ class FusedElementwiseKernel final : public Kernel {
     }
   }
 
+  // One row of the last axis: the program block by block into y, then the Softmax over the row in
+  // place while it is still in cache (the unfused attention's scale and mask, then its Softmax).
+  // As the Softmax kernel: y = exp(x - max) / sum; a row holding NaN (or only -inf) comes out NaN.
+  void softmax_row(const vec::Table& t, const Walk& w, std::span<const TensorView> in, float* y, int64_t r) const {
+    Scratch s;
+    const int64_t D = w.inner();
+    int64_t off[kMaxInputs];
+    w.row_offsets(r, ni_, off);
+    float* row = y + r * D;
+    for (int64_t b = 0; b < D; b += kBlock) {
+      const int64_t n = std::min(kBlock, D - b);
+      bind_inputs(w, in, off, b, n, s);
+      execute(t, s, n, row + b);
+    }
+    float m = 0;
+    if (!t.row_extreme(row, D, true, &m)) m = __builtin_nanf("");
+    t.binary[static_cast<int>(vec::Binary::kSub)](row, 1, &m, 0, row, D);
+    t.unary[static_cast<int>(vec::Unary::kExp)](row, row, D, vec::Params{});
+    float sum = 0, sq = 0;
+    t.sum(row, D, &sum, &sq);
+    const float inv = 1.0f / sum;
+    t.binary[static_cast<int>(vec::Binary::kMul)](row, 1, &inv, 0, row, D);
+  }
+
   int first_temp() const { return ni_ + static_cast<int>(imm_.size()); }
   int out_reg() const { return prog_.empty() ? first_temp() : prog_.back().dst; }
 
@@ -279,6 +329,7 @@ class FusedElementwiseKernel final : public Kernel {
   std::vector<float> imm_;
   Norm norm_;
   float eps_;
+  bool softmax_;
   int ni_, nregs_;
 };
 
@@ -287,6 +338,7 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
   KILN_ASSIGN_OR_RETURN(std::vector<float> imm, attrs.get_floats("immediates"));
   KILN_ASSIGN_OR_RETURN(std::string norm_name, attrs.get_string("norm", "none"));
   KILN_ASSIGN_OR_RETURN(float eps, attrs.get_float("epsilon", 1e-5f));
+  KILN_ASSIGN_OR_RETURN(int64_t softmax, attrs.get_int("softmax", 0));
   Norm norm = Norm::kNone;
   if (norm_name == "layer") norm = Norm::kLayer;
   else if (norm_name == "rms") norm = Norm::kRms;
@@ -295,6 +347,8 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
   if (ni < 1 || ni > kMaxInputs) return InvalidArgument("has " + std::to_string(ni) + " inputs; 1 to " + std::to_string(kMaxInputs) + " allowed");
   if (code.size() % fused::kFieldsPerInstr != 0) return InvalidArgument("attribute 'program' has " + std::to_string(code.size()) + " ints, not a multiple of 5");
   if (code.empty() && norm == Norm::kNone) return InvalidArgument("attribute 'program' is empty");
+  if (softmax != 0 && softmax != 1) return InvalidArgument("attribute 'softmax' must be 0 or 1, got " + std::to_string(softmax));
+  if (softmax && norm != Norm::kNone) return InvalidArgument("attribute 'softmax' cannot follow a normalisation stage");
   const int first_temp = ni + static_cast<int>(imm.size());
   std::vector<Instr> prog;
   int next = first_temp + (norm != Norm::kNone ? 1 : 0);  // registers defined so far
@@ -315,7 +369,7 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
     next = std::max(next, ins.dst + 1);
     prog.push_back(ins);
   }
-  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwiseKernel>(std::move(prog), std::move(imm), norm, eps, ni, next));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwiseKernel>(std::move(prog), std::move(imm), norm, eps, softmax != 0, ni, next));
 }
 
 }  // namespace

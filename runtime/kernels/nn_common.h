@@ -19,6 +19,7 @@ void register_nn_pool_kernels(KernelRegistry& r);
 void register_nn_norm_kernels(KernelRegistry& r);
 void register_nn_resize_kernels(KernelRegistry& r);
 void register_nn_rotary_kernels(KernelRegistry& r);
+void register_panel_matmul_kernels(KernelRegistry& r);
 
 // Reference kernels, created directly so optimized kernels can delegate the cases they do not cover.
 StatusOr<std::unique_ptr<Kernel>> make_reference_matmul(const KernelArgs& args, AttrReader& attrs);

@@ -79,6 +79,7 @@ StatusOr<WindowGeom> forward_window_geometry(const WindowAttrs& w, const int64_t
 
 void register_nn_kernels(KernelRegistry& r) {
   register_nn_matmul_kernels(r);
+  register_panel_matmul_kernels(r);
   register_nn_conv_kernels(r);
   register_nn_pool_kernels(r);
   register_nn_norm_kernels(r);

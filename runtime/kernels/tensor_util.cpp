@@ -1,5 +1,7 @@
 #include "runtime/kernels/tensor_util.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 #include "runtime/thread_pool.h"
@@ -47,6 +49,31 @@ void copy_rows(T* dst, const T* src, int r, const int64_t* dims, const int64_t* 
                                      [&](int64_t r0, int64_t r1, int) { body(r0, r1); });
 }
 
+#ifdef __AVX2__
+// d[i][k] = s[k][i] for an 8 x 8 block of 4-byte elements (moved as bits: any 4-byte dtype).
+template <typename T>
+inline void transpose8x8(const T* s, int64_t sld, T* d, int64_t dld) {
+  const float* sf = reinterpret_cast<const float*>(s);
+  float* df = reinterpret_cast<float*>(d);
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(sf + i * sld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(df + i * dld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(df + (i + 4) * dld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
 // Transposes with the source's unit-stride dim J moving away from the innermost position: copies
 // in square tiles so that both the strided reads and the contiguous writes stay in cache.
 template <typename T>
@@ -76,7 +103,19 @@ void copy_tiled(T* dst, const T* src, int r, const int64_t* dims, const int64_t*
     }
     for (int64_t l0 = 0; l0 < nL; l0 += kTile) {
       const int64_t l1 = std::min(nL, l0 + kTile);
-      for (int64_t j = j0; j < j1; ++j) {
+      int64_t jv = j0;
+#ifdef __AVX2__
+      if constexpr (sizeof(T) == 4) {
+        // Whole 8 x 8 blocks in registers: 8 contiguous reads and 8 contiguous writes each.
+        for (; jv + 8 <= j1; jv += 8) {
+          int64_t l = l0;
+          for (; l + 8 <= l1; l += 8) transpose8x8(src + ioff + jv + l * sL, sL, dst + ooff + jv * oJ + l, oJ);
+          for (; l < l1; ++l)
+            for (int64_t j = jv; j < jv + 8; ++j) dst[ooff + j * oJ + l] = src[ioff + j + l * sL];
+        }
+      }
+#endif
+      for (int64_t j = jv; j < j1; ++j) {
         const T* s = src + ioff + j;
         T* o = dst + ooff + j * oJ;
         for (int64_t l = l0; l < l1; ++l) o[l] = s[l * sL];

@@ -84,6 +84,8 @@ TEST(TensorTranspose, LargeMatchesNaive) {
   check_transpose_naive(Shape{2, 67, 301}, {0, 2, 1});          // tiled, parallel
   check_transpose_naive(Shape{3, 37, 129}, {2, 0, 1});          // tiled, ragged tiles
   check_transpose_naive(Shape{2, 50, 12, 64}, {0, 2, 1, 3});    // contiguous rows (attention heads)
+  check_transpose_naive(Shape{197, 12, 64}, {1, 2, 0});         // K^T of unfused attention: 8 x 8 register blocks
+  check_transpose_naive(Shape{1, 29, 3, 21}, {0, 2, 3, 1});     // K^T with no whole 8 x 8 block in a tile's tail
   check_transpose_naive(Shape{1, 7, 1, 5, 3, 2}, {5, 3, 1, 0, 4, 2});  // unit dims, rank 6
   check_transpose_naive(Shape{2, 3, 1, 2, 3, 1, 2, 2}, {7, 6, 5, 4, 3, 2, 1, 0});
 }

@@ -240,6 +240,39 @@ TEST(VecConvert, WhereMatchesTernary) {
   }
 }
 
+// The table's select (FusedElementwise's Where) at every combination of step-1 and step-0 operands
+// (an attention mask against a scalar fill), at lengths around the vector width, with NaN and -0.0
+// conditions (NaN selects a, as NaN != 0).
+TEST(VecConvert, SelectEveryStepCombination) {
+  for (const vec::Table* t : tables()) {
+    for (int64_t n : {1, 7, 8, 9, 16, 33, 512}) {
+      std::vector<float> c(static_cast<size_t>(n)), a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), out(static_cast<size_t>(n) + 1);
+      for (int64_t i = 0; i < n; ++i) {
+        c[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? -0.0f : i % 5 == 2 ? NAN : (i % 3 ? 1.0f : 0.0f);
+        a[i] = static_cast<float>(i) + 0.25f;
+        b[i] = -static_cast<float>(i) - 0.5f;
+      }
+      for (int mask = 0; mask < 8; ++mask) {
+        const int64_t sc = (mask >> 2) & 1, sa = (mask >> 1) & 1, sb = mask & 1;
+        for (float cst : {0.0f, 1.0f}) {
+          const float c0 = cst;
+          const float* cp = sc ? c.data() : &c0;
+          const float* ap = sa ? a.data() : a.data() + 3;
+          const float* bp = sb ? b.data() : b.data() + 4;
+          out[static_cast<size_t>(n)] = 12345.0f;
+          t->select(cp, sc, ap, sa, bp, sb, out.data(), n);
+          for (int64_t i = 0; i < n; ++i) {
+            const float want = cp[i * sc] != 0.0f ? ap[i * sa] : bp[i * sb];
+            ASSERT_EQ(out[i], want) << "n " << n << " steps " << sc << sa << sb << " at " << i;
+          }
+          ASSERT_EQ(out[static_cast<size_t>(n)], 12345.0f) << "wrote past n " << n;
+          if (sc) break;  // the constant condition matters only when c is broadcast
+        }
+      }
+    }
+  }
+}
+
 // ReduceSum / Mean / Max / Min over the last axis (the vector row loops) against the scalar formula:
 // row lengths around the vector width, and rows holding NaN, +-inf and only negative values.
 TEST(VecConvert, LastAxisReductionsMatchScalar) {
