@@ -15,31 +15,16 @@
 #include "runtime/cpu_features.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
+using testing::expect_close;
+using testing::make_kernel;
+using testing::random_f32;
+
 using testing::OnnxModelBuilder;
-
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
-    const double g = got.as<float>()[i], w = want.as<float>()[i];
-    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-      ++bad;
-    }
-  }
-}
 
 // The layouts, with their channel block (0: not blocked; -1: NHWC).
 struct Layout {
@@ -67,17 +52,6 @@ Tensor to_layout(const Tensor& t, const Layout& l) {
           v[static_cast<size_t>(to)] = src[((n * C + c) * H + h) * W + w];
         }
   return Tensor::from_vector<float>(v, out);
-}
-
-std::unique_ptr<Kernel> make(const std::string& op, const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = op;
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
 }
 
 struct ConvCase {
@@ -141,7 +115,7 @@ TEST(ConvBlockedLayout, FusedConvEveryLayoutMatchesTheNchwReference) {
           for (const char* impl : {"onednn", "im2col_panel", "reference"}) {
             // im2col_panel runs group 1 only (the reference otherwise).
             if (c.group != 1 && std::string(impl) == "im2col_panel") continue;
-            auto k = make("FusedConv", attrs, 4, impl);
+            auto k = make_kernel("FusedConv", attrs, 4, impl);
             ASSERT_TRUE(k) << what;
             auto got = run_kernel_once(*k, views, 1);
             ASSERT_TRUE(got.ok()) << what << " " << impl << ": " << got.status().message();
@@ -157,7 +131,7 @@ TEST(ConvBlockedLayout, FusedConvEveryLayoutMatchesTheNchwReference) {
 // A blocked layout whose block does not divide the channels is an error naming the layout.
 TEST(ConvBlockedLayout, ChannelsNotInWholeBlocksAreRejected) {
   AttrMap attrs{{"y_layout", Attribute::String("nchw8c")}};
-  auto k = make("FusedConv", attrs, 2, "onednn");
+  auto k = make_kernel("FusedConv", attrs, 2, "onednn");
   ASSERT_TRUE(k);
   const Tensor x = random_f32(Shape{1, 3, 4, 4}, 1), w = random_f32(Shape{12, 3, 1, 1}, 2);
   const TensorView v[] = {x.view(), w.view()};
@@ -167,7 +141,7 @@ TEST(ConvBlockedLayout, ChannelsNotInWholeBlocksAreRejected) {
   EXPECT_NE(st.message().find("nchw8c"), std::string::npos) << st.message();
   // A 5-D input whose last dim is not the block.
   AttrMap xattrs{{"x_layout", Attribute::String("nchw8c")}};
-  auto k2 = make("FusedConv", xattrs, 2, "onednn");
+  auto k2 = make_kernel("FusedConv", xattrs, 2, "onednn");
   const Tensor x5 = random_f32(Shape{1, 1, 4, 4, 16}, 3), w2 = random_f32(Shape{4, 16, 1, 1}, 4);
   const TensorView v2[] = {x5.view(), w2.view()};
   EXPECT_FALSE(k2->infer(v2, d).ok());
@@ -199,7 +173,7 @@ TEST(ConvBlockedLayout, MaxPoolEveryLayoutMatchesTheNchwReference) {
       la["layout"] = Attribute::String(l.name);
       const Tensor xl = to_layout(x, l);
       for (const char* impl : {"vectorized", "reference"}) {
-        auto k = make("MaxPool", la, 1, impl);
+        auto k = make_kernel("MaxPool", la, 1, impl);
         ASSERT_TRUE(k);
         const TensorView v = xl.view();
         auto got = run_kernel_once(*k, std::span<const TensorView>(&v, 1), 1);
@@ -230,7 +204,7 @@ TEST(ConvBlockedLayout, GlobalAveragePoolEveryLayoutMatchesTheNchwReference) {
     for (const Layout& l : {kLayouts[1], kLayouts[2]}) {
       const Tensor xl = to_layout(x, l);
       for (const char* impl : {"vectorized", "reference"}) {
-        auto k = make("GlobalAveragePool", {{"layout", Attribute::String(l.name)}}, 1, impl);
+        auto k = make_kernel("GlobalAveragePool", {{"layout", Attribute::String(l.name)}}, 1, impl);
         ASSERT_TRUE(k);
         const TensorView v = xl.view();
         auto got = run_kernel_once(*k, std::span<const TensorView>(&v, 1), 1);

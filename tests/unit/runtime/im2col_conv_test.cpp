@@ -11,40 +11,14 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
-
-// [N, C, H, W] -> [N, H, W, C], written out here rather than taken from the code under test.
-Tensor to_nhwc(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
-  return o;
-}
-
-std::unique_ptr<Kernel> make_fused(const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = "FusedConv";
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
-}
+using testing::make_kernel;
+using testing::random_f32;
+using testing::to_nhwc;
 
 struct Case {
   const char* what;
@@ -84,7 +58,7 @@ AttrMap attrs_of(const Case& c, const char* act, const char* x_layout, const cha
 StatusOr<Tensor> run(const Case& c, const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
   std::vector<TensorView> views;
   for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
-  auto k = make_fused(attrs, static_cast<int>(in.size()), impl);
+  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
   if (!k) return Internal("no kernel");
   KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
   *ran = k->impl_name();
@@ -141,8 +115,8 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
 TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) {
   const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
   const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
-  auto k = make_fused(attrs, 3, "im2col_panel");
-  auto ref = make_fused(attrs, 3, "reference");
+  auto k = make_kernel("FusedConv", attrs, 3, "im2col_panel");
+  auto ref = make_kernel("FusedConv", attrs, 3, "reference");
   ASSERT_TRUE(k && ref);
   for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
     const Tensor x = random_f32(xs, 3);
@@ -158,7 +132,7 @@ TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) {
 TEST(Im2colConv, GroupsRunTheReference) {
   const AttrMap attrs{{"group", Attribute::Int(2)}};
   const Tensor x = random_f32(Shape{1, 4, 5, 5}, 1), w = random_f32(Shape{6, 2, 3, 3}, 2);
-  auto k = make_fused(attrs, 2, "im2col_panel");
+  auto k = make_kernel("FusedConv", attrs, 2, "im2col_panel");
   ASSERT_TRUE(k);
   const TensorView v[] = {x.view(), w.view()};
   auto got = run_kernel_once(*k, v, 1);

@@ -16,42 +16,17 @@
 #include "runtime/engine_format.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
+using testing::expect_close;
+using testing::make_kernel;
+using testing::random_f32;
+using testing::to_nhwc;
+
 using testing::OnnxModelBuilder;
-
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
-    const double g = got.as<float>()[i], w = want.as<float>()[i];
-    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-      ++bad;
-    }
-  }
-}
-
-std::unique_ptr<Kernel> make(const std::string& op, const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = op;
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
-}
 
 // Reference Conv, then reference Add of the residual and reference Relu.
 Tensor unfused(const AttrMap& conv_attrs, const std::vector<Tensor>& in, bool relu) {
@@ -75,7 +50,7 @@ Tensor unfused(const AttrMap& conv_attrs, const std::vector<Tensor>& in, bool re
 
 // Runs FusedConv with `impl`; returns the output and the implementation that ran.
 std::pair<Tensor, std::string> fused(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl) {
-  auto k = make("FusedConv", attrs, static_cast<int>(in.size()), impl);
+  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
   if (!k) return {};
   std::vector<TensorView> views;
   for (const auto& t : in) views.push_back(t.empty() ? TensorView() : t.view());
@@ -143,18 +118,6 @@ TEST(FusedConv, OnednnMatchesUnfusedReferenceAtAwkwardShapes) {
   }
 }
 
-// [N, C, H, W] <-> [N, H, W, C], written out here rather than taken from the code under test.
-Tensor to_nhwc(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
-  return o;
-}
-
 TEST(FusedConv, Bf16MatchesReferenceWithBf16Tolerance) {
   if (!(host_cpu_features() & kCpuAvx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   uint32_t seed = 900;
@@ -183,7 +146,7 @@ TEST(FusedConv, Bf16MatchesReferenceWithBf16Tolerance) {
 
 TEST(FusedConv, ZeroBatchAndRepreparedShapes) {
   AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
-  auto k = make("FusedConv", attrs, 4, "onednn");
+  auto k = make_kernel("FusedConv", attrs, 4, "onednn");
   ASSERT_TRUE(k);
   const Tensor w = random_f32(Shape{21, 5, 3, 3}, 7), b = random_f32(Shape{21}, 8);
   uint32_t seed = 40;
@@ -201,7 +164,7 @@ TEST(FusedConv, ZeroBatchAndRepreparedShapes) {
 }
 
 TEST(FusedConv, ResidualOfAnotherShapeIsAnError) {
-  auto k = make("FusedConv", {}, 4, "onednn");
+  auto k = make_kernel("FusedConv", {}, 4, "onednn");
   ASSERT_TRUE(k);
   const std::vector<Tensor> in{random_f32(Shape{1, 2, 5, 5}, 1), random_f32(Shape{3, 2, 3, 3}, 2), Tensor(),
                                random_f32(Shape{1, 3, 1, 3}, 3)};
@@ -253,7 +216,7 @@ TEST(FusedConv, ChannelsLastLayoutsMatchTheNchwReference) {
   const auto [empty, ran] = fused(attrs, {Tensor::zeros(DType::kFloat32, Shape{0, 5, 6, 3}), random_f32(Shape{4, 3, 3, 3}, 1)}, "onednn");
   EXPECT_EQ(ran, "reference");
   EXPECT_EQ(empty.shape(), (Shape{0, 3, 4, 4}));
-  auto k = make("FusedConv", attrs, 2, "onednn");
+  auto k = make_kernel("FusedConv", attrs, 2, "onednn");
   const Tensor x1 = random_f32(Shape{1, 3, 9}, 2), w1 = random_f32(Shape{2, 3, 3}, 3);
   const TensorView v1[] = {x1.view(), w1.view()};
   std::vector<TensorDesc> d(1);
@@ -285,7 +248,7 @@ TEST(VectorizedMaxPool, MatchesReferenceAtAwkwardShapes) {
     if (!c.strides.empty()) attrs["strides"] = Attribute::Ints(c.strides);
     if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
     const Tensor x = random_f32(c.x, seed++);
-    auto k = make("MaxPool", attrs, 1, "vectorized");
+    auto k = make_kernel("MaxPool", attrs, 1, "vectorized");
     ASSERT_TRUE(k);
     const TensorView xv = x.view();
     auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
@@ -323,7 +286,7 @@ TEST(VectorizedAveragePool, MatchesReferenceAtAwkwardShapes) {
     if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
     const std::string what = c.x.str() + (c.count_include_pad ? " count_include_pad" : "") + (c.ceil_mode ? " ceil" : "");
     const Tensor x = random_f32(c.x, seed++);
-    auto k = make("AveragePool", attrs, 1, "vectorized");
+    auto k = make_kernel("AveragePool", attrs, 1, "vectorized");
     ASSERT_TRUE(k);
     const TensorView xv = x.view();
     auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
@@ -335,7 +298,7 @@ TEST(VectorizedAveragePool, MatchesReferenceAtAwkwardShapes) {
   }
   // Dilation runs on the reference.
   const AttrMap dilated{{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}};
-  auto k = make("AveragePool", dilated, 1, "vectorized");
+  auto k = make_kernel("AveragePool", dilated, 1, "vectorized");
   const Tensor x = random_f32(Shape{1, 2, 7, 7}, 3);
   const TensorView xv = x.view();
   ASSERT_TRUE(run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1).ok());
@@ -350,7 +313,7 @@ TEST(VectorizedGlobalAveragePool, MatchesReferenceAtAwkwardShapes) {
   uint32_t seed = 90;
   for (const Shape& s : shapes) {
     const Tensor x = random_f32(s, seed++);
-    auto k = make("GlobalAveragePool", {}, 1, "vectorized");
+    auto k = make_kernel("GlobalAveragePool", {}, 1, "vectorized");
     ASSERT_TRUE(k);
     const TensorView xv = x.view();
     auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
@@ -361,7 +324,7 @@ TEST(VectorizedGlobalAveragePool, MatchesReferenceAtAwkwardShapes) {
     expect_close((*got)[0], (*want)[0], 1e-6, 1e-6, s.str());
   }
   // float64 runs on the reference.
-  auto k = make("GlobalAveragePool", {}, 1, "vectorized");
+  auto k = make_kernel("GlobalAveragePool", {}, 1, "vectorized");
   const Tensor x64 = Tensor::zeros(DType::kFloat64, Shape{1, 2, 3, 3});
   const TensorView xv = x64.view();
   ASSERT_TRUE(run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1).ok());
@@ -370,7 +333,7 @@ TEST(VectorizedGlobalAveragePool, MatchesReferenceAtAwkwardShapes) {
 
 TEST(VectorizedMaxPool, IndicesDilationAndFloat64RunOnTheReference) {
   const AttrMap dilated{{"kernel_shape", Attribute::Ints({2, 2})}, {"dilations", Attribute::Ints({2, 2})}};
-  auto k = make("MaxPool", dilated, 1, "vectorized");
+  auto k = make_kernel("MaxPool", dilated, 1, "vectorized");
   ASSERT_TRUE(k);
   const Tensor x = random_f32(Shape{1, 2, 7, 7}, 3);
   const TensorView xv = x.view();
@@ -393,7 +356,7 @@ TEST(VectorizedMaxPool, IndicesDilationAndFloat64RunOnTheReference) {
   EXPECT_EQ((*both)[1].dtype(), DType::kInt64);
 
   const Tensor xd = Tensor::from_vector<double>({1, 5, 3, 2}, Shape{1, 1, 2, 2});
-  auto kd = make("MaxPool", {{"kernel_shape", Attribute::Ints({2, 2})}}, 1, "vectorized");
+  auto kd = make_kernel("MaxPool", {{"kernel_shape", Attribute::Ints({2, 2})}}, 1, "vectorized");
   const TensorView xdv = xd.view();
   auto yd = run_kernel_once(*kd, std::span<const TensorView>(&xdv, 1), 1);
   ASSERT_TRUE(yd.ok());
@@ -425,7 +388,7 @@ TEST(VectorizedMaxPool, NhwcLayoutMatchesTheNchwReference) {
     nhwc["layout"] = Attribute::String("nhwc");
     const Tensor xn = to_nhwc(x);
     for (const char* impl : {"vectorized", "reference"}) {
-      auto k = make("MaxPool", nhwc, 1, impl);
+      auto k = make_kernel("MaxPool", nhwc, 1, impl);
       ASSERT_TRUE(k);
       const TensorView xv = xn.view();
       auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
@@ -435,7 +398,7 @@ TEST(VectorizedMaxPool, NhwcLayoutMatchesTheNchwReference) {
     }
   }
   // NHWC has no Indices output and needs a 4-D input.
-  auto k = make("MaxPool", {{"kernel_shape", Attribute::Ints({2, 2})}, {"layout", Attribute::String("nhwc")}}, 1, "vectorized");
+  auto k = make_kernel("MaxPool", {{"kernel_shape", Attribute::Ints({2, 2})}, {"layout", Attribute::String("nhwc")}}, 1, "vectorized");
   const Tensor x3 = random_f32(Shape{1, 4, 4}, 1);
   const TensorView v3 = x3.view();
   std::vector<TensorDesc> d(1);

@@ -6,28 +6,13 @@
 #include <random>
 
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
-
-std::unique_ptr<Kernel> make(const std::string& op, const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = op;
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
-}
+using testing::make_kernel;
+using testing::random_f32;
 
 std::vector<TensorView> views_of(const std::vector<Tensor>& in) {
   std::vector<TensorView> v;
@@ -53,7 +38,7 @@ void expect_close(const Tensor& got, const Tensor& want, int64_t K, const std::s
 // must have used its primitive (true) or its reference fallback (false).
 void compare(const std::string& op, const AttrMap& attrs, const std::vector<Tensor>& in, int64_t K, bool onednn_path,
              const std::string& what) {
-  auto fast = make(op, attrs, static_cast<int>(in.size()), "onednn");
+  auto fast = make_kernel(op, attrs, static_cast<int>(in.size()), "onednn");
   ASSERT_TRUE(fast);
   auto views = views_of(in);
   auto got = run_kernel_once(*fast, views, 1);
@@ -103,7 +88,7 @@ TEST(OnednnMatMul, FallbackCases) {
 }
 
 TEST(OnednnMatMul, ReprepareWithNewShapes) {
-  auto k = make("MatMul", {}, 2, "onednn");
+  auto k = make_kernel("MatMul", {}, 2, "onednn");
   ASSERT_TRUE(k);
   const std::pair<Shape, Shape> shapes[] = {{Shape{3, 17}, Shape{17, 5}}, {Shape{2, 9, 4}, Shape{4, 63}},
                                             {Shape{5}, Shape{5, 2}},        {Shape{3, 17}, Shape{17, 5}}};
@@ -199,7 +184,7 @@ TEST(OnednnConv, FallbackCases) {
 }
 
 TEST(OnednnConv, ReprepareAndRerun) {
-  auto k = make("Conv", {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2, "onednn");
+  auto k = make_kernel("Conv", {{"pads", Attribute::Ints({1, 1, 1, 1})}}, 2, "onednn");
   ASSERT_TRUE(k);
   const std::pair<Shape, Shape> shapes[] = {{Shape{1, 3, 9, 9}, Shape{4, 3, 3, 3}},
                                             {Shape{2, 5, 6, 11}, Shape{3, 5, 3, 3}},

@@ -23,17 +23,13 @@
 #include "runtime/engine_format.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_f32(const Shape& s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
+using testing::make_kernel;
+using testing::random_f32;
 
 Tensor to_f64(const Tensor& t) {
   std::vector<double> v(t.as<float>(), t.as<float>() + t.numel());
@@ -53,17 +49,6 @@ Tensor to_nhwc(const Tensor& t) {
   return o;
 }
 
-std::unique_ptr<Kernel> make_fused(const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = "FusedConv";
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
-}
-
 struct RunResult {
   Status status;
   Tensor y;
@@ -71,7 +56,7 @@ struct RunResult {
 };
 
 RunResult run_fused(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl) {
-  auto k = make_fused(attrs, static_cast<int>(in.size()), impl);
+  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
   if (!k) return {Internal("no kernel"), {}, {}};
   std::vector<TensorView> views;
   for (const auto& t : in) views.push_back(t.view());
@@ -248,7 +233,7 @@ TEST(FusedConvWinograd, FailsCleanlyWhereOnednnHasNoWinograd) {
 TEST(FusedConvWinograd, EmptyBatchRunsOnTheReferenceAndShapesCanChange) {
   if (!host_has_avx512()) GTEST_SKIP() << "oneDNN's Winograd convolution needs AVX-512";
   const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
-  auto k = make_fused(attrs, 4, "onednn_winograd");
+  auto k = make_kernel("FusedConv", attrs, 4, "onednn_winograd");
   ASSERT_TRUE(k);
   const Tensor w = random_f32(Shape{21, 5, 3, 3}, 7), b = random_f32(Shape{21}, 8);
   uint32_t seed = 60;

@@ -14,18 +14,15 @@
 #include <vector>
 
 #include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
 #include "runtime/tensor.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_f32(const Shape& s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(s.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector<float>(v, s);
-}
+using testing::expect_close;
+using testing::make_kernel;
+using testing::random_f32;
 
 // Element (n, c, h, w) of an NCHW shape `s` in `layout`'s buffer.
 int64_t layout_index(const std::string& layout, const Shape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -46,29 +43,6 @@ Tensor to_layout(const std::string& layout, const Tensor& t) {
   return o;
 }
 
-void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
-    const double g = got.as<float>()[i], w = want.as<float>()[i];
-    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-      ++bad;
-    }
-  }
-}
-
-std::unique_ptr<Kernel> make(const std::string& op, const AttrMap& attrs, int num_inputs, const std::string& impl) {
-  KernelArgs args;
-  args.op_type = op;
-  args.node_name = "test";
-  args.num_inputs = num_inputs;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  return k.ok() ? std::move(k.value()) : nullptr;
-}
-
 // Runs `op` with `attrs` plus layout on `x` (NCHW) in `layout`, with both implementations, and
 // compares with the NCHW reference's output in that layout.
 void expect_layout_matches_reference(const std::string& op, const AttrMap& attrs, const Tensor& x, const std::string& layout,
@@ -80,7 +54,7 @@ void expect_layout_matches_reference(const std::string& op, const AttrMap& attrs
   la["layout"] = Attribute::String(layout);
   const Tensor xl = to_layout(layout, x);
   for (const char* impl : {"vectorized", "reference"}) {
-    auto k = make(op, la, 1, impl);
+    auto k = make_kernel(op, la, 1, impl);
     ASSERT_TRUE(k);
     const TensorView xv = xl.view();
     auto got = run_kernel_once(*k, std::span<const TensorView>(&xv, 1), 1);
@@ -128,7 +102,7 @@ TEST(PoolLayout, Nchw8cNeedsWholeChannelBlocks) {
   for (const char* op : {"MaxPool", "GlobalAveragePool"}) {
     AttrMap attrs{{"layout", Attribute::String("nchw8c")}};
     if (std::string(op) == "MaxPool") attrs["kernel_shape"] = Attribute::Ints({2, 2});
-    auto k = make(op, attrs, 1, "vectorized");
+    auto k = make_kernel(op, attrs, 1, "vectorized");
     ASSERT_TRUE(k);
     const Tensor x = random_f32(Shape{1, 2, 4, 4, 5}, 1);
     const TensorView xv = x.view();

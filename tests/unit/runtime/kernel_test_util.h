@@ -1,0 +1,65 @@
+// Helpers shared by the kernel tests: random float32 tensors, a kernel of a named implementation,
+// NCHW -> NHWC written out by hand (not taken from the code under test), and an elementwise
+// comparison that reports the first few mismatches.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/kernel.h"
+#include "runtime/tensor.h"
+
+namespace kiln::testing {
+
+// Uniform in [lo, hi), reproducible from `seed`.
+inline Tensor random_f32(const Shape& s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_vector<float>(v, s);
+}
+
+// The builtin registry's `impl` of `op` (one output); null, with a test failure, when it has none.
+inline std::unique_ptr<Kernel> make_kernel(const std::string& op, const AttrMap& attrs, int num_inputs, const std::string& impl) {
+  KernelArgs args;
+  args.op_type = op;
+  args.node_name = "test";
+  args.num_inputs = num_inputs;
+  args.num_outputs = 1;
+  auto k = KernelRegistry::builtin().create(args, attrs, impl);
+  EXPECT_TRUE(k.ok()) << k.status().message();
+  return k.ok() ? std::move(k.value()) : nullptr;
+}
+
+// float32 [N, C, H, W] -> [N, H, W, C].
+inline Tensor to_nhwc(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w)
+          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
+  return o;
+}
+
+// |got - want| <= atol + rtol * |want| elementwise (float32, equal shapes); NaN never passes.
+inline void expect_close(const Tensor& got, const Tensor& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
+    const double g = got.as<float>()[i], w = want.as<float>()[i];
+    if (!(std::abs(g - w) <= atol + rtol * std::abs(w))) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+      ++bad;
+    }
+  }
+}
+
+}  // namespace kiln::testing
