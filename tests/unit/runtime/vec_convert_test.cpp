@@ -257,8 +257,9 @@ TEST(VecConvert, SelectEveryStepCombination) {
         for (float cst : {0.0f, 1.0f}) {
           const float c0 = cst;
           const float* cp = sc ? c.data() : &c0;
-          const float* ap = sa ? a.data() : a.data() + 3;
-          const float* bp = sb ? b.data() : b.data() + 4;
+          // A broadcast operand is one element inside the vector (which n = 1 makes element 0).
+          const float* ap = sa ? a.data() : a.data() + std::min<int64_t>(3, n - 1);
+          const float* bp = sb ? b.data() : b.data() + std::min<int64_t>(4, n - 1);
           out[static_cast<size_t>(n)] = 12345.0f;
           t->select(cp, sc, ap, sa, bp, sb, out.data(), n);
           for (int64_t i = 0; i < n; ++i) {
