@@ -124,10 +124,9 @@ class Im2colConvKernel final : public Kernel {
     if (use_ref_) return ref_->prepare(in, out);
     KILN_ASSIGN_OR_RETURN(const WindowGeom wg, forward_window_geometry(w_, xs.data() + 2, ws.data() + 2, n, false));
     g_ = Geom2d::of(wg);
-    batch_ = xs[0];
     channels_ = xs[1];
     out_channels_ = ws[0];
-    rows_ = batch_ * g_.out[0] * g_.out[1];
+    rows_ = xs[0] * g_.out[0] * g_.out[1];  // output pixels of the whole batch
     depth_ = g_.k[0] * g_.k[1] * channels_;
     has_bias_ = in.size() > 2 && in[2].present();
     has_res_ = in.size() > 3 && in[3].present();
@@ -256,7 +255,7 @@ class Im2colConvKernel final : public Kernel {
   bool has_act_ = false;
   vec::Unary act_op_ = vec::Unary::kRelu;
   Geom2d g_{};
-  int64_t batch_ = 0, channels_ = 0, out_channels_ = 0, rows_ = 0, depth_ = 0;
+  int64_t channels_ = 0, out_channels_ = 0, rows_ = 0, depth_ = 0;
   std::shared_ptr<void> packed_, a_buf_, z_buf_, r_buf_;
   const void* packed_src_ = nullptr;
   size_t a_capacity_ = 0, z_capacity_ = 0, r_capacity_ = 0;

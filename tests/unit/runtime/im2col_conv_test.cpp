@@ -55,14 +55,13 @@ AttrMap attrs_of(const Case& c, const char* act, const char* x_layout, const cha
 }
 
 // Runs `impl` on the case; the output stays in its layout.
-StatusOr<Tensor> run(const Case& c, const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
+StatusOr<Tensor> run(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
   std::vector<TensorView> views;
   for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
   auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
   if (!k) return Internal("no kernel");
   KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
   *ran = k->impl_name();
-  (void)c;
   return std::move(out[0]);
 }
 
@@ -86,7 +85,7 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
     const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
     // The output shape, from a plain reference run.
     std::string ran;
-    auto y0 = run(c, attrs_of(c, "none", "nchw", "nchw"), {x, w}, "reference", &ran);
+    auto y0 = run(attrs_of(c, "none", "nchw", "nchw"), {x, w}, "reference", &ran);
     ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
     const Tensor res = random_f32(y0->shape(), seed++);
     const double atol = 2e-6 * std::sqrt(static_cast<double>(c.w.numel() / c.w[0]));
@@ -98,9 +97,9 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
         while (in.back().empty()) in.pop_back();
         const AttrMap attrs = attrs_of(c, act, layout, layout);
         const std::string what = std::string(c.what) + ", " + act + ", " + layout;
-        auto want = run(c, attrs, in, "reference", &ran);
+        auto want = run(attrs, in, "reference", &ran);
         ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
-        auto got = run(c, attrs, in, "im2col_panel", &ran);
+        auto got = run(attrs, in, "im2col_panel", &ran);
         ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
         EXPECT_EQ(ran, "im2col_panel") << what;
         expect_close(*got, *want, atol, what);

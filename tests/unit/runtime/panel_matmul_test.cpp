@@ -15,42 +15,32 @@
 #include "runtime/kernel.h"
 #include "runtime/kernels/panel_gemm.h"
 #include "runtime/tensor.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
 
-Tensor random_tensor(const Shape& s, uint32_t seed) {
-  Tensor t = Tensor::zeros(DType::kFloat32, s);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = dist(rng);
-  return t;
-}
+using testing::make_kernel;
+using testing::random_f32;
 
 // Runs MatMul impl `impl` on views a, b; returns the output and the impl that ran.
 std::pair<Tensor, std::string> run_matmul(const TensorView& a, const TensorView& b, const char* impl) {
-  KernelArgs args;
-  args.op_type = "MatMul";
-  args.node_name = "panel_matmul_test";
-  args.num_inputs = 2;
-  args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, {}, impl);
-  EXPECT_TRUE(k.ok()) << k.status().message();
-  if (!k.ok()) return {};
+  auto k = make_kernel("MatMul", {}, 2, impl);
+  if (!k) return {};
   const TensorView in[2] = {a, b};
   TensorDesc desc;
-  Status s = (*k)->infer(in, std::span<TensorDesc>(&desc, 1));
+  Status s = k->infer(in, std::span<TensorDesc>(&desc, 1));
   EXPECT_TRUE(s.ok()) << s.message();
   Tensor y = Tensor::zeros(DType::kFloat32, desc.shape);
   // Poisoned, so a product that is never written shows.
   for (int64_t i = 0; i < y.numel(); ++i) y.as<float>()[i] = NAN;
   TensorView out = y.view();
-  s = (*k)->prepare(in, std::span<const TensorView>(&out, 1));
+  s = k->prepare(in, std::span<const TensorView>(&out, 1));
   EXPECT_TRUE(s.ok()) << s.message();
   // Twice: the second run reuses the packing space.
-  for (int r = 0; r < 2 && s.ok(); ++r) s = (*k)->run(in, std::span<const TensorView>(&out, 1));
+  for (int r = 0; r < 2 && s.ok(); ++r) s = k->run(in, std::span<const TensorView>(&out, 1));
   EXPECT_TRUE(s.ok()) << s.message();
-  return {std::move(y), (*k)->impl_name()};
+  return {std::move(y), k->impl_name()};
 }
 
 void expect_close(const Tensor& got, const Tensor& want, int64_t K, const std::string& what) {
@@ -90,7 +80,7 @@ TEST(PanelMatMul, MatchesTheReferenceAtAwkwardShapes) {
     omp_set_num_threads(threads);
     uint32_t seed = 1;
     for (const Case& c : cases) {
-      const Tensor a = random_tensor(c.a, seed++), b = random_tensor(c.b, seed++);
+      const Tensor a = random_f32(c.a, seed++), b = random_f32(c.b, seed++);
       const std::string what = "A " + c.a.str() + " B " + c.b.str() + " threads " + std::to_string(threads);
       auto [want, ref_impl] = run_matmul(a.view(), b.view(), "reference");
       auto [got, impl] = run_matmul(a.view(), b.view(), "panel");
@@ -104,7 +94,7 @@ TEST(PanelMatMul, MatchesTheReferenceAtAwkwardShapes) {
 TEST(PanelMatMul, PacksAOnePanelBThatIsNotAligned) {
   if (!panel_gemm::supported()) GTEST_SKIP() << "no AVX2 + FMA";
   // B [3, 20, 64] starting one float into its buffer: the in-place read would be misaligned.
-  const Tensor a = random_tensor(Shape{3, 10, 20}, 7), big = random_tensor(Shape{3 * 20 * 64 + 1}, 8);
+  const Tensor a = random_f32(Shape{3, 10, 20}, 7), big = random_f32(Shape{3 * 20 * 64 + 1}, 8);
   Tensor b = Tensor::zeros(DType::kFloat32, Shape{3, 20, 64});
   std::memcpy(b.as<float>(), big.as<float>() + 1, sizeof(float) * 3 * 20 * 64);
   TensorView bv = big.view();
@@ -117,7 +107,7 @@ TEST(PanelMatMul, PacksAOnePanelBThatIsNotAligned) {
 }
 
 TEST(PanelMatMul, OtherDtypesAndVectorsRunTheReference) {
-  Tensor a = Tensor::zeros(DType::kFloat32, Shape{5}), b = random_tensor(Shape{5, 3}, 3);
+  Tensor a = Tensor::zeros(DType::kFloat32, Shape{5}), b = random_f32(Shape{5, 3}, 3);
   for (int64_t i = 0; i < 5; ++i) a.as<float>()[i] = static_cast<float>(i);
   auto [want, r] = run_matmul(a.view(), b.view(), "reference");
   auto [got, impl] = run_matmul(a.view(), b.view(), "panel");
