@@ -31,14 +31,14 @@ Tensor random(DType dt, const Shape& s, float lo, float hi, uint32_t seed) {
 }
 
 // Times `op` on `inputs`; reports bytes moved (inputs + output) per second.
-void run_op(benchmark::State& state, const std::string& op, std::vector<Tensor> inputs, AttrMap attrs = {}) {
+void run_op(benchmark::State& state, const std::string& op, std::vector<Tensor> inputs, AttrMap attrs = {}, const std::string& impl = "") {
   KernelArgs args;
   args.op_type = op;
   args.node_name = "bench";
   args.opset = 17;
   args.num_inputs = static_cast<int>(inputs.size());
   args.num_outputs = 1;
-  auto k = KernelRegistry::builtin().create(args, attrs);
+  auto k = impl.empty() ? KernelRegistry::builtin().create(args, attrs) : KernelRegistry::builtin().create(args, attrs, impl);
   if (!k.ok()) {
     state.SkipWithError(k.status().message().c_str());
     return;
@@ -232,6 +232,30 @@ void se_gate_fused_nchw8c(benchmark::State& s, const Shape* nchw) {
 const Shape kMnv3{1, 16, 56, 56};
 BENCHMARK_CAPTURE(se_gate_fused_nchw8c, mobilenet_v3, &kMnv3)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(se_gate_fused_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
+
+// ResNet's 3x3, stride-1 convolutions (pad 1, bias, ReLU) in nChw8c, the layout kept between
+// FusedConvs on AVX2, on each FusedConv kernel that runs them: oneDNN's direct convolution, the
+// im2col GEMM and Winograd F(4x4, 3x3). Arguments: channels (in = out) and the square input's side.
+void conv3x3_nchw8c(benchmark::State& s, const char* impl) {
+  const int64_t c = s.range(0), hw = s.range(1);
+  AttrMap a;
+  a["pads"] = Attribute::Ints({1, 1, 1, 1});
+  a["activation"] = Attribute::String("relu");
+  a["x_layout"] = Attribute::String("nchw8c");
+  a["y_layout"] = Attribute::String("nchw8c");
+  run_op(s, "FusedConv",
+         {random(DType::kFloat32, in_layout("nchw8c", Shape{1, c, hw, hw}), -1, 1, 1), random(DType::kFloat32, Shape{c, c, 3, 3}, -0.1, 0.1, 2),
+          random(DType::kFloat32, Shape{c}, -1, 1, 3)},
+         a, impl);
+  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(c * c * 9 * hw * hw) * 1e-9 * static_cast<double>(s.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+#define KILN_CONV3X3(impl) \
+  BENCHMARK_CAPTURE(conv3x3_nchw8c, impl, #impl)->Args({64, 56})->Args({128, 28})->Args({256, 14})->Args({512, 7})->Unit(benchmark::kMicrosecond)->UseRealTime()
+KILN_CONV3X3(onednn);
+KILN_CONV3X3(im2col_panel);
+KILN_CONV3X3(winograd_f4x3);
+#undef KILN_CONV3X3
 
 void layer_norm(benchmark::State& s, bool fused) {
   const Shape x{1, 32, 384};

@@ -17,7 +17,9 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/kernels/conv_pixel_io.h"
 #include "runtime/kernels/fused_conv_common.h"
+#include "runtime/kernels/kernel_util.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
 #include "runtime/kernels/packed_weights.h"
@@ -28,85 +30,6 @@
 namespace kiln {
 
 namespace {
-
-// Reads one pixel's C channels of a 2-D tensor [N, C, H, W] stored in `layout` into dst[0..C).
-struct PixelReader {
-  ConvLayout layout;
-  int64_t C, H, W;
-  void read(const float* x, int64_t n, int64_t h, int64_t w, float* dst) const {
-    const int64_t block = conv_channel_block(layout);
-    switch (layout) {
-      case ConvLayout::kNhwc: std::memcpy(dst, x + ((n * H + h) * W + w) * C, sizeof(float) * static_cast<size_t>(C)); return;
-      case ConvLayout::kNchw: {
-        const float* p = x + (n * C * H + h) * W + w;
-        for (int64_t c = 0; c < C; ++c) dst[c] = p[c * H * W];
-        return;
-      }
-      case ConvLayout::kNchw8c:
-      case ConvLayout::kNchw16c: {
-        const int64_t blocks = C / block;
-        const float* p = x + ((n * blocks * H + h) * W + w) * block;
-        for (int64_t b = 0; b < blocks; ++b)
-          std::memcpy(dst + b * block, p + b * H * W * block, sizeof(float) * static_cast<size_t>(block));
-        return;
-      }
-    }
-  }
-  // The inverse: src[0..C) into the pixel of y.
-  void write(const float* src, float* y, int64_t n, int64_t h, int64_t w) const {
-    const int64_t block = conv_channel_block(layout);
-    switch (layout) {
-      case ConvLayout::kNhwc: std::memcpy(y + ((n * H + h) * W + w) * C, src, sizeof(float) * static_cast<size_t>(C)); return;
-      case ConvLayout::kNchw: {
-        float* p = y + (n * C * H + h) * W + w;
-        for (int64_t c = 0; c < C; ++c) p[c * H * W] = src[c];
-        return;
-      }
-      case ConvLayout::kNchw8c:
-      case ConvLayout::kNchw16c: {
-        const int64_t blocks = C / block;
-        float* p = y + ((n * blocks * H + h) * W + w) * block;
-        for (int64_t b = 0; b < blocks; ++b)
-          std::memcpy(p + b * H * W * block, src + b * block, sizeof(float) * static_cast<size_t>(block));
-        return;
-      }
-    }
-  }
-};
-
-// A 2-D window's geometry; 1-D convolutions are 2-D ones of unit height.
-struct Geom2d {
-  int64_t in[2], out[2], k[2], stride[2], dil[2], pad_begin[2];
-  static Geom2d of(const WindowGeom& g) {
-    Geom2d r;
-    const int h = g.n == 2 ? 0 : -1, w = g.n - 1;
-    auto two = [&](const int64_t* v, int64_t unit, int64_t* dst) {
-      dst[0] = h < 0 ? unit : v[h];
-      dst[1] = v[w];
-    };
-    two(g.in, 1, r.in);
-    two(g.out, 1, r.out);
-    two(g.k, 1, r.k);
-    two(g.stride, 1, r.stride);
-    two(g.dil, 1, r.dil);
-    two(g.pad_begin, 0, r.pad_begin);
-    return r;
-  }
-};
-
-bool vec_activation(ConvAct act, vec::Unary* op) {
-  switch (act) {
-    case ConvAct::kNone: return false;
-    case ConvAct::kRelu: *op = vec::Unary::kRelu; return true;
-    case ConvAct::kSilu: *op = vec::Unary::kSilu; return true;
-    case ConvAct::kSigmoid: *op = vec::Unary::kSigmoid; return true;
-    case ConvAct::kHardSwish: *op = vec::Unary::kHardSwish; return true;
-    case ConvAct::kClip: *op = vec::Unary::kClip; return true;
-    case ConvAct::kGeluErf: *op = vec::Unary::kGeluErf; return true;
-    case ConvAct::kGeluTanh: *op = vec::Unary::kGeluTanh; return true;
-  }
-  return false;
-}
 
 class Im2colConvKernel final : public Kernel {
  public:
@@ -159,20 +82,11 @@ class Im2colConvKernel final : public Kernel {
     }
     const size_t a_floats = direct_a_ ? 0 : static_cast<size_t>(rows_ * depth_);
     const size_t z_floats = y_direct_ ? 0 : static_cast<size_t>(rows_ * out_channels_);
-    if (a_floats > a_capacity_) {
-      a_buf_ = aligned_alloc_shared(sizeof(float) * a_floats);
-      a_capacity_ = a_floats;
-    }
-    if (z_floats > z_capacity_) {
-      z_buf_ = aligned_alloc_shared(sizeof(float) * z_floats);
-      z_capacity_ = z_floats;
-    }
     // One residual row per thread slot, for residuals gathered out of a non-NHWC layout.
     const size_t r_floats = has_res_ && !res_in_gemm_ ? static_cast<size_t>(out_channels_ * ThreadPool::global().max_threads()) : 0;
-    if (r_floats > r_capacity_) {
-      r_buf_ = aligned_alloc_shared(sizeof(float) * r_floats);
-      r_capacity_ = r_floats;
-    }
+    KILN_RETURN_IF_ERROR(grow_scratch(a_buf_, a_capacity_, sizeof(float) * a_floats, "im2col_panel"));
+    KILN_RETURN_IF_ERROR(grow_scratch(z_buf_, z_capacity_, sizeof(float) * z_floats, "im2col_panel"));
+    KILN_RETURN_IF_ERROR(grow_scratch(r_buf_, r_capacity_, sizeof(float) * r_floats, "im2col_panel"));
     return Status::Ok();
   }
 
@@ -200,7 +114,7 @@ class Im2colConvKernel final : public Kernel {
 
  private:
   void im2col(const float* x, float* a) const {
-    const PixelReader reader{spec_.x, channels_, g_.in[0], g_.in[1]};
+    const PixelIo reader{spec_.x, channels_, g_.in[0], g_.in[1]};
     const int64_t OH = g_.out[0], OW = g_.out[1], C = channels_;
     const LoopCost cost{8.0 * static_cast<double>(depth_), 0};
     ThreadPool::global().parallel_for(rows_, cost, [&](int64_t r0, int64_t r1, int) {
@@ -226,7 +140,7 @@ class Im2colConvKernel final : public Kernel {
   // Rows of z [pixels, OC]: + the residual (read out of its layout), the activation, into Y's layout.
   void epilogue(float* z, const float* res, float* y) const {
     const int64_t OH = g_.out[0], OW = g_.out[1], OC = out_channels_;
-    const PixelReader res_reader{spec_.res, OC, OH, OW}, y_writer{spec_.y, OC, OH, OW};
+    const PixelIo res_reader{spec_.res, OC, OH, OW}, y_writer{spec_.y, OC, OH, OW};
     const vec::Params params{spec_.alpha, spec_.beta};
     const vec::UnaryFn act = has_act_ ? vec::unary(act_op_) : nullptr;
     const vec::BinaryFn add = vec::binary(vec::Binary::kAdd);

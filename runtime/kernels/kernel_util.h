@@ -1,8 +1,10 @@
-// Small helpers shared by kernel families: axis handling, numpy broadcasting, and dtype dispatch.
+// Small helpers shared by kernel families: axis handling, numpy broadcasting, dtype dispatch and
+// scratch buffers.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -119,6 +121,18 @@ inline Status check_input_count(std::span<const TensorView> in, int min, int max
                            " inputs, got " + std::to_string(in.size()));
   for (int i = 0; i < min; ++i)
     if (!in[i].present()) return InvalidArgument("required input " + std::to_string(i) + " is missing");
+  return Status::Ok();
+}
+
+// Grows a kernel's scratch buffer to at least `bytes` (kept when it is large enough already). Over
+// the memory cap (runtime/memory_budget.h) the allocation is refused: ResourceExhausted naming
+// `what` and the bytes, instead of a null buffer.
+inline Status grow_scratch(std::shared_ptr<void>& buf, size_t& capacity, size_t bytes, const char* what) {
+  if (bytes <= capacity) return Status::Ok();
+  std::shared_ptr<void> grown = aligned_alloc_shared(bytes);
+  if (!grown) return ResourceExhausted(std::string(what) + ": cannot allocate " + std::to_string(bytes) + " bytes of scratch (memory cap)");
+  buf = std::move(grown);
+  capacity = bytes;
   return Status::Ok();
 }
 

@@ -112,6 +112,7 @@ void register_fused_matmul_kernels(KernelRegistry& r);
 void register_fused_matmul_int8_kernels(KernelRegistry& r);
 void register_fused_conv_int8_kernels(KernelRegistry& r);
 void register_im2col_conv_kernels(KernelRegistry& r);  // im2col_conv_kernels.cpp: FusedConv on the panel GEMM
+void register_winograd_conv_kernels(KernelRegistry& r);  // winograd_conv_kernels.cpp: 3x3 FusedConv by F(4x4, 3x3)
 
 // FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.
 StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs);

@@ -133,6 +133,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   register_fused_matmul_int8_kernels(r);
   register_fused_conv_int8_kernels(r);
   register_im2col_conv_kernels(r);
+  register_winograd_conv_kernels(r);
 }
 
 }  // namespace kiln

@@ -73,6 +73,7 @@ const ConvCase kConvCases[] = {
     {Shape{2, 24, 7, 6}, Shape{24, 1, 3, 3}, 24, 2, 1},   // depthwise, stride 2
     {Shape{1, 16, 8, 8}, Shape{16, 1, 3, 3}, 16, 1, 1},   // depthwise, 16c fits
     {Shape{2, 16, 6, 6}, Shape{32, 16, 1, 1}, 1, 1, 0},   // 1x1, every layout fits
+    {Shape{2, 16, 9, 10}, Shape{32, 16, 3, 3}, 1, 1, 1},  // 3x3 stride 1 (Winograd), every layout fits
 };
 
 AttrMap conv_attrs(const ConvCase& c) {
@@ -112,9 +113,10 @@ TEST(ConvBlockedLayout, FusedConvEveryLayoutMatchesTheNchwReference) {
           for (const auto& t : in) views.push_back(t.view());
           const std::string what = c.x.str() + " * " + c.w.str() + " group " + std::to_string(c.group) + " x " + lx.name + " residual " +
                                    lr.name + " y " + ly.name;
-          for (const char* impl : {"onednn", "im2col_panel", "reference"}) {
-            // im2col_panel runs group 1 only (the reference otherwise).
+          for (const char* impl : {"onednn", "im2col_panel", "winograd_f4x3", "reference"}) {
+            // im2col_panel runs group 1 only, winograd_f4x3 3x3 stride-1 group-1 only (the reference otherwise).
             if (c.group != 1 && std::string(impl) == "im2col_panel") continue;
+            if ((c.group != 1 || c.stride != 1 || c.w[2] != 3) && std::string(impl) == "winograd_f4x3") continue;
             auto k = make_kernel("FusedConv", attrs, 4, impl);
             ASSERT_TRUE(k) << what;
             auto got = run_kernel_once(*k, views, 1);

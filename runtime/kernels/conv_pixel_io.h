@@ -1,0 +1,88 @@
+// What kiln's own FusedConv impls built on the panel GEMM (im2col_conv_kernels.cpp,
+// winograd_conv_kernels.cpp) share: a pixel's channels copied in and out of any FusedConv layout,
+// the 2-D view of a 1-D or 2-D window, and the vector form of the fused activation.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/kernels/fused_conv_common.h"
+#include "runtime/kernels/nn_common.h"
+#include "runtime/kernels/vec_kernels.h"
+
+namespace kiln {
+
+// One pixel's C channels of a 2-D tensor [N, C, H, W] stored in `layout`, copied to or from a
+// contiguous run of C floats.
+struct PixelIo {
+  ConvLayout layout;
+  int64_t C, H, W;
+
+  void read(const float* x, int64_t n, int64_t h, int64_t w, float* dst) const { copy<false>(const_cast<float*>(x), n, h, w, dst); }
+  void write(const float* src, float* y, int64_t n, int64_t h, int64_t w) const { copy<true>(y, n, h, w, const_cast<float*>(src)); }
+
+ private:
+  // One addressing for both directions: kToTensor copies `pixel` into the tensor, else out of it.
+  template <bool kToTensor>
+  void copy(float* tensor, int64_t n, int64_t h, int64_t w, float* pixel) const {
+    auto run = [](float* t, float* p, int64_t count) {
+      if constexpr (kToTensor) std::memcpy(t, p, sizeof(float) * static_cast<size_t>(count));
+      else std::memcpy(p, t, sizeof(float) * static_cast<size_t>(count));
+    };
+    switch (layout) {
+      case ConvLayout::kNhwc: run(tensor + ((n * H + h) * W + w) * C, pixel, C); return;
+      case ConvLayout::kNchw: {
+        float* t = tensor + (n * C * H + h) * W + w;
+        for (int64_t c = 0; c < C; ++c) {
+          if constexpr (kToTensor) t[c * H * W] = pixel[c];
+          else pixel[c] = t[c * H * W];
+        }
+        return;
+      }
+      case ConvLayout::kNchw8c:
+      case ConvLayout::kNchw16c: {
+        const int64_t block = conv_channel_block(layout), blocks = C / block;
+        float* t = tensor + ((n * blocks * H + h) * W + w) * block;
+        for (int64_t b = 0; b < blocks; ++b) run(t + b * H * W * block, pixel + b * block, block);
+        return;
+      }
+    }
+  }
+};
+
+// A 2-D window's geometry; 1-D convolutions are 2-D ones of unit height.
+struct Geom2d {
+  int64_t in[2], out[2], k[2], stride[2], dil[2], pad_begin[2];
+  static Geom2d of(const WindowGeom& g) {
+    Geom2d r;
+    const int h = g.n == 2 ? 0 : -1, w = g.n - 1;
+    auto two = [&](const int64_t* v, int64_t unit, int64_t* dst) {
+      dst[0] = h < 0 ? unit : v[h];
+      dst[1] = v[w];
+    };
+    two(g.in, 1, r.in);
+    two(g.out, 1, r.out);
+    two(g.k, 1, r.k);
+    two(g.stride, 1, r.stride);
+    two(g.dil, 1, r.dil);
+    two(g.pad_begin, 0, r.pad_begin);
+    return r;
+  }
+};
+
+// The vector kernel of a fused activation; false for none.
+inline bool vec_activation(ConvAct act, vec::Unary* op) {
+  switch (act) {
+    case ConvAct::kNone: return false;
+    case ConvAct::kRelu: *op = vec::Unary::kRelu; return true;
+    case ConvAct::kSilu: *op = vec::Unary::kSilu; return true;
+    case ConvAct::kSigmoid: *op = vec::Unary::kSigmoid; return true;
+    case ConvAct::kHardSwish: *op = vec::Unary::kHardSwish; return true;
+    case ConvAct::kClip: *op = vec::Unary::kClip; return true;
+    case ConvAct::kGeluErf: *op = vec::Unary::kGeluErf; return true;
+    case ConvAct::kGeluTanh: *op = vec::Unary::kGeluTanh; return true;
+  }
+  return false;
+}
+
+}  // namespace kiln

@@ -1,0 +1,164 @@
+// FusedConv impl "winograd_f4x3" (runtime/kernels/winograd_conv_kernels.cpp) against the reference
+// FusedConv: partial tiles at the right and bottom edges, inputs smaller than one tile, pads 0, 1, 2
+// and asymmetric, channel counts that fill no whole vector or 64-column panel, batch 3, no bias,
+// every epilogue activation, a residual, NCHW / NHWC / nChw8c, both schedules (blocks of tiles, and
+// all tiles per step), and a prepare at a second shape.
+// Winograd's transforms round differently from a direct convolution, so the bound is relative to the
+// output's scale (Errors below); every other geometry runs the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/kernel.h"
+#include "runtime/kernel_runner.h"
+#include "unit/runtime/kernel_test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::make_kernel;
+using testing::random_f32;
+using testing::to_nhwc;
+
+struct Case {
+  const char* what;
+  Shape x, w;
+  std::vector<int64_t> pads;
+  bool bias, residual;
+};
+
+const Case kCases[] = {
+    {"7x7, pad 1, 19 -> 70 channels (partial tiles, lane and panel tails)", Shape{1, 19, 7, 7}, Shape{70, 19, 3, 3}, {1, 1, 1, 1}, true, true},
+    {"asymmetric pads, batch 2", Shape{2, 8, 11, 9}, Shape{13, 8, 3, 3}, {0, 2, 1, 0}, true, false},
+    {"pad 0, batch 3, no bias", Shape{3, 6, 13, 10}, Shape{9, 6, 3, 3}, {0, 0, 0, 0}, false, true},
+    {"input smaller than a tile", Shape{1, 4, 2, 3}, Shape{8, 4, 3, 3}, {1, 1, 1, 1}, true, false},
+    {"pad 2 (output larger than the input)", Shape{1, 16, 5, 6}, Shape{24, 16, 3, 3}, {2, 2, 2, 2}, true, true},
+    {"32 -> 64 at 30x30 (whole panels, many tiles)", Shape{1, 32, 30, 30}, Shape{64, 32, 3, 3}, {1, 1, 1, 1}, true, true},
+    // Transformed weights over 1 MB: all tiles per step instead of blocks of tiles.
+    {"96 -> 104, batch 2 (the unblocked schedule)", Shape{2, 96, 10, 9}, Shape{104, 96, 3, 3}, {1, 1, 1, 1}, true, true},
+};
+
+const char* const kActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
+
+AttrMap attrs_of(const Case& c, const char* act, const char* layout) {
+  AttrMap a{{"pads", Attribute::Ints(c.pads)},
+            {"activation", Attribute::String(act)},
+            {"x_layout", Attribute::String(layout)},
+            {"residual_layout", Attribute::String(layout)},
+            {"y_layout", Attribute::String(layout)}};
+  if (std::string(act) == "clip") {
+    a["activation_alpha"] = Attribute::Float(-0.5f);
+    a["activation_beta"] = Attribute::Float(0.75f);
+  }
+  return a;
+}
+
+// float32 [N, C, H, W] -> [N, C/8, H, W, 8].
+Tensor to_nchw8c(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[1] / 8, s[2], s[3], 8});
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t i = 0; i < s[2] * s[3]; ++i)
+        o.as<float>()[((n * (s[1] / 8) + c / 8) * s[2] * s[3] + i) * 8 + c % 8] = t.as<float>()[(n * s[1] + c) * s[2] * s[3] + i];
+  return o;
+}
+
+Tensor in_layout(const Tensor& t, const std::string& layout) {
+  return layout == "nhwc" ? to_nhwc(t) : layout == "nchw8c" ? to_nchw8c(t) : t;
+}
+
+StatusOr<Tensor> run(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
+  std::vector<TensorView> views;
+  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
+  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
+  if (!k) return Internal("no kernel");
+  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
+  *ran = k->impl_name();
+  return std::move(out[0]);
+}
+
+// Errors: Winograd's error grows with the sum's terms (C * 9) and the transforms' constants. The
+// bound is 1.5e-5 x sqrt(C * 9) x the inputs' scale (1 here; the outputs' spread is sqrt(C * 9) / 3)
+// plus 1e-5 relative. The test prints the largest error seen as a fraction of the bound (0.66).
+double bound(const Case& c) { return 1.5e-5 * std::sqrt(static_cast<double>(c.w[1] * 9)); }
+
+TEST(WinogradConv, MatchesTheReferenceAtAwkwardGeometryEveryActivationAndLayout) {
+  uint32_t seed = 7100;
+  int checked = 0;
+  double worst = 0;
+  for (const Case& c : kCases) {
+    const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
+    std::string ran;
+    auto y0 = run(attrs_of(c, "none", "nchw"), {x, w}, "reference", &ran);
+    ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
+    const Tensor res = random_f32(y0->shape(), seed++);
+    for (const char* act : kActivations)
+      for (const std::string layout : {"nchw", "nhwc", "nchw8c"}) {
+        if (layout == "nchw8c" && (c.x[1] % 8 != 0 || c.w[0] % 8 != 0)) continue;
+        std::vector<Tensor> in{in_layout(x, layout), w, c.bias ? b : Tensor(), c.residual ? in_layout(res, layout) : Tensor()};
+        while (in.back().empty()) in.pop_back();
+        const AttrMap attrs = attrs_of(c, act, layout.c_str());
+        const std::string what = std::string(c.what) + ", " + act + ", " + layout;
+        auto want = run(attrs, in, "reference", &ran);
+        ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
+        auto got = run(attrs, in, "winograd_f4x3", &ran);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+        EXPECT_EQ(ran, "winograd_f4x3") << what;
+        testing::expect_close(*got, *want, bound(c), 1e-5, what);
+        for (int64_t i = 0; i < want->numel(); ++i)
+          worst = std::max(worst, std::abs(static_cast<double>(got->as<float>()[i]) - want->as<float>()[i]) / bound(c));
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, 7 * 8 * 2 + 3 * 8);
+  std::printf("largest error: %.3f of the bound\n", worst);
+}
+
+// One kernel prepared at a small shape and then a larger one (a dynamic profile's min and max):
+// its tile buffers grow, and the second run matches the reference.
+TEST(WinogradConv, APrepareAtALargerShapeGrowsTheScratch) {
+  const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
+  const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
+  auto k = make_kernel("FusedConv", attrs, 3, "winograd_f4x3");
+  auto ref = make_kernel("FusedConv", attrs, 3, "reference");
+  ASSERT_TRUE(k && ref);
+  for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
+    const Tensor x = random_f32(xs, 3);
+    const TensorView v[] = {x.view(), w.view(), b.view()};
+    auto got = run_kernel_once(*k, v, 1);
+    auto want = run_kernel_once(*ref, v, 1);
+    ASSERT_TRUE(got.ok() && want.ok());
+    EXPECT_STREQ(k->impl_name(), "winograd_f4x3");
+    testing::expect_close((*got)[0], (*want)[0], 3e-5, 1e-5, xs.str());
+  }
+}
+
+// Geometry F(4x4, 3x3) does not cover runs the reference (tactic selection reports it unavailable).
+TEST(WinogradConv, OtherGeometryRunsTheReference) {
+  struct Other {
+    const char* what;
+    AttrMap attrs;
+    Shape x, w;
+  };
+  const Other others[] = {
+      {"stride 2", {{"strides", Attribute::Ints({2, 2})}}, Shape{1, 4, 9, 9}, Shape{8, 4, 3, 3}},
+      {"dilation 2", {{"dilations", Attribute::Ints({2, 2})}}, Shape{1, 4, 9, 9}, Shape{8, 4, 3, 3}},
+      {"group 2", {{"group", Attribute::Int(2)}}, Shape{1, 4, 9, 9}, Shape{8, 2, 3, 3}},
+      {"5x5 kernel", {}, Shape{1, 4, 9, 9}, Shape{8, 4, 5, 5}},
+      {"1-D", {}, Shape{1, 4, 9}, Shape{8, 4, 3}},
+  };
+  for (const Other& o : others) {
+    auto k = make_kernel("FusedConv", o.attrs, 2, "winograd_f4x3");
+    ASSERT_TRUE(k) << o.what;
+    const Tensor x = random_f32(o.x, 1), w = random_f32(o.w, 2);
+    const TensorView v[] = {x.view(), w.view()};
+    auto got = run_kernel_once(*k, v, 1);
+    ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
+    EXPECT_STREQ(k->impl_name(), "reference") << o.what;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
