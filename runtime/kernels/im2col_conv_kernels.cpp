@@ -31,6 +31,10 @@ namespace kiln {
 
 namespace {
 
+// The most A and GEMM-output rows of one chunk take: L3-sized, well above a batch-1 ResNet
+// layer's own A (1-7 MB), so only batches and large images are cut.
+constexpr int64_t kMaxChunkBytes = int64_t{8} << 20;
+
 class Im2colConvKernel final : public Kernel {
  public:
   Im2colConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec)
@@ -80,8 +84,12 @@ class Im2colConvKernel final : public Kernel {
                             }));
       packed_src_ = in[1].data;
     }
-    const size_t a_floats = direct_a_ ? 0 : static_cast<size_t>(rows_ * depth_);
-    const size_t z_floats = y_direct_ ? 0 : static_cast<size_t>(rows_ * out_channels_);
+    // The GEMM runs over chunks of rows, so A (KH*KW copies of the input) and the GEMM's output
+    // stay within kMaxChunkBytes whatever the batch: a stem convolution at batch 8 would otherwise
+    // copy ~60 MB per run.
+    chunk_rows_ = direct_a_ ? rows_ : std::min(rows_, std::max<int64_t>(6, kMaxChunkBytes / (4 * (depth_ + out_channels_))));
+    const size_t a_floats = direct_a_ ? 0 : static_cast<size_t>(chunk_rows_ * depth_);
+    const size_t z_floats = y_direct_ ? 0 : static_cast<size_t>(chunk_rows_ * out_channels_);
     // One residual row per thread slot, for residuals gathered out of a non-NHWC layout.
     const size_t r_floats = has_res_ && !res_in_gemm_ ? static_cast<size_t>(out_channels_ * ThreadPool::global().max_threads()) : 0;
     KILN_RETURN_IF_ERROR(grow_scratch(a_buf_, a_capacity_, sizeof(float) * a_floats, "im2col_panel"));
@@ -94,33 +102,38 @@ class Im2colConvKernel final : public Kernel {
     if (use_ref_) return ref_->run(in, out);
     const float* x = in[0].as<const float>();
     float* y = out[0].as<float>();
-    const float* a = direct_a_ ? x : static_cast<const float*>(a_buf_.get());
-    if (!direct_a_) im2col(x, static_cast<float*>(a_buf_.get()));
-    float* z = y_direct_ ? y : static_cast<float*>(z_buf_.get());
-    panel_gemm::Args g;
-    g.a = a;
-    g.M = rows_;
-    g.K = depth_;
-    g.N = out_channels_;
-    g.packed = static_cast<const float*>(packed_.get());
-    g.bias = has_bias_ ? in[2].as<const float>() : nullptr;
-    g.residual = res_in_gemm_ ? in[3].as<const float>() : nullptr;
-    g.y = z;
-    panel_gemm::run(g, omp_get_max_threads());
-    if (y_direct_ && !has_act_ && (!has_res_ || res_in_gemm_)) return Status::Ok();
-    epilogue(z, has_res_ && !res_in_gemm_ ? in[3].as<const float>() : nullptr, y);
+    const float* res = has_res_ ? in[3].as<const float>() : nullptr;
+    const bool epilogue_needed = !y_direct_ || has_act_ || (has_res_ && !res_in_gemm_);
+    for (int64_t r0 = 0; r0 < rows_; r0 += chunk_rows_) {
+      const int64_t r1 = std::min(rows_, r0 + chunk_rows_);
+      if (!direct_a_) im2col(x, r0, r1, static_cast<float*>(a_buf_.get()));
+      // Chunk-relative A and GEMM output: an NHWC Y (and its NHWC residual) take the rows in place.
+      float* z = y_direct_ ? y + r0 * out_channels_ : static_cast<float*>(z_buf_.get());
+      panel_gemm::Args g;
+      g.a = direct_a_ ? x + r0 * depth_ : static_cast<const float*>(a_buf_.get());
+      g.M = r1 - r0;
+      g.K = depth_;
+      g.N = out_channels_;
+      g.packed = static_cast<const float*>(packed_.get());
+      g.bias = has_bias_ ? in[2].as<const float>() : nullptr;
+      g.residual = res_in_gemm_ ? res + r0 * out_channels_ : nullptr;
+      g.y = z;
+      panel_gemm::run(g, omp_get_max_threads());
+      if (epilogue_needed) epilogue(z, r0, r1, has_res_ && !res_in_gemm_ ? res : nullptr, y);
+    }
     return Status::Ok();
   }
 
  private:
-  void im2col(const float* x, float* a) const {
+  // Rows [r0, r1) of A (output pixels of the whole batch) into a[0, r1 - r0).
+  void im2col(const float* x, int64_t r0, int64_t r1, float* a) const {
     const PixelIo reader{spec_.x, channels_, g_.in[0], g_.in[1]};
     const int64_t OH = g_.out[0], OW = g_.out[1], C = channels_;
     const LoopCost cost{8.0 * static_cast<double>(depth_), 0};
-    ThreadPool::global().parallel_for(rows_, cost, [&](int64_t r0, int64_t r1, int) {
-      for (int64_t r = r0; r < r1; ++r) {
+    ThreadPool::global().parallel_for(r1 - r0, cost, [&](int64_t b, int64_t e, int) {
+      for (int64_t r = r0 + b; r < r0 + e; ++r) {
         const int64_t nb = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
-        float* row = a + r * depth_;
+        float* row = a + (r - r0) * depth_;
         for (int64_t i = 0; i < g_.k[0]; ++i) {
           const int64_t ih = oh * g_.stride[0] - g_.pad_begin[0] + i * g_.dil[0];
           for (int64_t j = 0; j < g_.k[1]; ++j) {
@@ -137,8 +150,9 @@ class Im2colConvKernel final : public Kernel {
     });
   }
 
-  // Rows of z [pixels, OC]: + the residual (read out of its layout), the activation, into Y's layout.
-  void epilogue(float* z, const float* res, float* y) const {
+  // Rows [r0, r1) of the output pixels, held in z [r1 - r0, OC]: + the residual (read out of its
+  // layout), the activation, into Y's layout.
+  void epilogue(float* z, int64_t r0, int64_t r1, const float* res, float* y) const {
     const int64_t OH = g_.out[0], OW = g_.out[1], OC = out_channels_;
     const PixelIo res_reader{spec_.res, OC, OH, OW}, y_writer{spec_.y, OC, OH, OW};
     const vec::Params params{spec_.alpha, spec_.beta};
@@ -146,11 +160,11 @@ class Im2colConvKernel final : public Kernel {
     const vec::BinaryFn add = vec::binary(vec::Binary::kAdd);
     const LoopCost cost{12.0 * static_cast<double>(OC), 4.0 * static_cast<double>(OC)};
     float* rbuf = static_cast<float*>(r_buf_.get());
-    ThreadPool::global().parallel_for(rows_, cost, [&](int64_t r0, int64_t r1, int slot) {
+    ThreadPool::global().parallel_for(r1 - r0, cost, [&](int64_t b, int64_t e, int slot) {
       float* rrow = rbuf ? rbuf + slot * OC : nullptr;
-      for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t r = r0 + b; r < r0 + e; ++r) {
         const int64_t nb = r / (OH * OW), oh = r / OW % OH, ow = r % OW;
-        float* row = z + r * OC;
+        float* row = z + (r - r0) * OC;
         if (res) {
           res_reader.read(res, nb, oh, ow, rrow);
           add(row, 1, rrow, 1, row, OC);
@@ -169,7 +183,7 @@ class Im2colConvKernel final : public Kernel {
   bool has_act_ = false;
   vec::Unary act_op_ = vec::Unary::kRelu;
   Geom2d g_{};
-  int64_t channels_ = 0, out_channels_ = 0, rows_ = 0, depth_ = 0;
+  int64_t channels_ = 0, out_channels_ = 0, rows_ = 0, depth_ = 0, chunk_rows_ = 0;
   std::shared_ptr<void> packed_, a_buf_, z_buf_, r_buf_;
   const void* packed_src_ = nullptr;
   size_t a_capacity_ = 0, z_capacity_ = 0, r_capacity_ = 0;

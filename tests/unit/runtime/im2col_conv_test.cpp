@@ -128,6 +128,25 @@ TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) {
   }
 }
 
+// A batch whose A and GEMM output pass 8 MB (28800 rows of 147 + 16 floats: 18.8 MB) runs in
+// chunks of rows: every chunk's rows land in the right place, in the direct-Y (NHWC, residual in
+// the GEMM) and the epilogue (NCHW) paths.
+TEST(Im2colConv, ABatchLargerThanAChunkRunsInChunks) {
+  const Case c{"stem 7x7, batch 2 at 120x120", Shape{2, 3, 120, 120}, Shape{16, 3, 7, 7}, {1, 1}, {3, 3, 3, 3}, {1, 1}, true, true};
+  const Tensor x = random_f32(c.x, 11), w = random_f32(c.w, 12), b = random_f32(Shape{16}, 13), res = random_f32(Shape{2, 16, 120, 120}, 14);
+  for (const char* layout : {"nchw", "nhwc"}) {
+    const bool nhwc = std::string(layout) == "nhwc";
+    const std::vector<Tensor> in{nhwc ? to_nhwc(x) : x, w, b, nhwc ? to_nhwc(res) : res};
+    const AttrMap attrs = attrs_of(c, "relu", layout, layout);
+    std::string ran;
+    auto want = run(attrs, in, "reference", &ran);
+    auto got = run(attrs, in, "im2col_panel", &ran);
+    ASSERT_TRUE(want.ok() && got.ok()) << layout;
+    EXPECT_EQ(ran, "im2col_panel");
+    expect_close(*got, *want, 2e-6 * std::sqrt(147.0), layout);
+  }
+}
+
 TEST(Im2colConv, GroupsRunTheReference) {
   const AttrMap attrs{{"group", Attribute::Int(2)}};
   const Tensor x = random_f32(Shape{1, 4, 5, 5}, 1), w = random_f32(Shape{6, 2, 3, 3}, 2);
