@@ -2,6 +2,7 @@
 // API so that run() neither creates primitives nor allocates.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -102,6 +103,11 @@ class OnednnConvert {
 // not change while the result is held (the callers' weights are plan constants).
 StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, const dnnl::memory::desc& src_md,
                                                       const dnnl::memory::desc& packed_md);
+// As above for weights rewritten before the reorder: `to_plain` writes `plain_md`'s bytes from the
+// `src_bytes` at `src` (which, with `rewrite` naming the rewrite, keys the cache).
+StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, size_t src_bytes, const std::string& rewrite,
+                                                      const dnnl::memory::desc& plain_md, const dnnl::memory::desc& packed_md,
+                                                      const std::function<void(void* plain)>& to_plain);
 
 // C-order strides of `dims` as oneDNN dims.
 dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);

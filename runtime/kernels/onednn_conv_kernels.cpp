@@ -86,13 +86,10 @@ class OnednnConvKernel final : public OnednnKernel {
     const memory::dims pad_l{sp(g.pad_begin, h, 0), g.pad_begin[wd]};
     const memory::dims pad_r{sp(g.pad_end, h, 0), g.pad_end[wd]};
     const int64_t kh = sp(g.k, h, 1), kw = g.k[wd];
-    const memory::dims wei_d = group_ == 1 ? memory::dims{M, C, kh, kw}
-                                           : memory::dims{group_, M / group_, C / group_, kh, kw};
     const auto f32 = memory::data_type::f32;
     const auto cdt = bf16_ ? memory::data_type::bf16 : f32;
     const memory::desc src_plain(src_d, f32, layout_tag(spec_.x)), dst_plain(dst_d, f32, layout_tag(spec_.y));
     const memory::desc res_plain(dst_d, f32, layout_tag(spec_.res));
-    const memory::desc wei_plain(wei_d, f32, group_ == 1 ? tag::oihw : tag::goihw);
     has_bias_ = in.size() > 2 && in[2].present();
     has_res_ = fused_ && has_residual(in);
     const memory::desc bias_md = has_bias_ ? memory::desc({M}, f32, tag::x) : memory::desc();
@@ -114,22 +111,55 @@ class OnednnConvKernel final : public OnednnKernel {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);
-    const dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
-        memory::desc(src_d, cdt, tag::any), memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any),
-        strides, dil, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd;
-    if (winograd) {
-      KILN_ASSIGN_OR_RETURN(pd, winograd_primitive_desc(desc, attr, xs, ws));
-    } else {
-      pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());  // throws: the reference runs it
+    auto primitive = [&](int64_t group) -> StatusOr<dnnl::convolution_forward::primitive_desc> {
+      const memory::dims wei_d = weight_dims(group, M, C, kh, kw);
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
+          memory::desc(src_d, cdt, tag::any), memory::desc(wei_d, cdt, tag::any), bias_md, memory::desc(dst_d, f32, tag::any),
+          strides, dil, pad_l, pad_r);
+      if (winograd) return winograd_primitive_desc(desc, attr, xs, ws);
+      return dnnl::convolution_forward::primitive_desc(desc, attr, onednn_engine());  // throws: the reference runs it
+    };
+    KILN_ASSIGN_OR_RETURN(dnnl::convolution_forward::primitive_desc pd, primitive(group_));
+    // Groups of fewer than 8 channels (ResNeXt's first stage: 32 groups of 4) have no direct AVX2
+    // kernel in oneDNN, which runs them as one small GEMM per group, far below the direct kernels'
+    // speed. Pairs (quadruples) of such groups become groups of 8 with block-diagonal weights, zero
+    // between the original groups: twice the multiplies on the direct kernel, and the same sums
+    // (adding exact zeros), except that an infinite or NaN input channel then also makes the outputs
+    // of the group paired with its own NaN. Constant weights only (FusedConv): widened once.
+    const int64_t per_group = C / group_, widened = widened_group(per_group, M / group_, group_);
+    widen_ = fused_ && !winograd && widened != group_ && std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
+    if (widen_) {
+      try {
+        auto wide = primitive(widened);
+        if (wide.ok() && std::string(wide->impl_info_str()).find("gemm") == std::string::npos) pd = *wide;
+        else widen_ = false;
+      } catch (const dnnl::error&) {
+        widen_ = false;
+      }
     }
+    const int64_t group = widen_ ? widened : group_;
+    const memory::desc wei_plain(weight_dims(group, M, C, kh, kw), f32, group == 1 ? tag::oihw : tag::goihw);
     const memory::desc wei_md = pd.weights_desc(), src_md = pd.src_desc(), dst_md = pd.dst_desc();
 
     conv_.reset();
     wei_convert_ = OnednnConvert();
     packed_.reset();
-    if (fused_) {
+    if (fused_ && widen_) {
+      const float* w = in[1].as<const float>();
+      const int64_t taps = kh * kw, wide = C / widened;
+      KILN_ASSIGN_OR_RETURN(packed_, onednn_packed_weights(in[1].data, in[1].nbytes(), "widened_groups", wei_plain, wei_md, [&](void* plain) {
+                              // W [M, C/g, taps] -> [M, C/g', taps]: output channel o keeps its weights at its
+                              // own group's inputs within the wider group, zeros elsewhere.
+                              float* dst = static_cast<float*>(plain);
+                              std::memset(dst, 0, sizeof(float) * static_cast<size_t>(M * wide * taps));
+                              for (int64_t o = 0; o < M; ++o) {
+                                const int64_t at = (o / (M / group_)) * per_group % wide;  // its inputs' offset in the wide group
+                                std::memcpy(dst + (o * wide + at) * taps, w + o * per_group * taps,
+                                            sizeof(float) * static_cast<size_t>(per_group * taps));
+                              }
+                            }));
+    } else if (fused_) {
       KILN_ASSIGN_OR_RETURN(packed_, onednn_packed_weights(in[1].data, wei_plain, wei_md));
     } else {
       KILN_RETURN_IF_ERROR(wei_convert_.build(wei_plain, wei_md));
@@ -183,6 +213,17 @@ class OnednnConvKernel final : public OnednnKernel {
   }
 
  private:
+  static memory::dims weight_dims(int64_t group, int64_t M, int64_t C, int64_t kh, int64_t kw) {
+    return group == 1 ? memory::dims{M, C, kh, kw} : memory::dims{group, M / group, C / group, kh, kw};
+  }
+
+  // The group count with groups widened to 8 channels, where groups of `in` input and `out` output
+  // channels (equal, 2 or 4) pair up evenly; else `group` (depthwise has its own kernel).
+  static int64_t widened_group(int64_t in, int64_t out, int64_t group) {
+    if (group <= 1 || in != out || in < 2 || in >= 8 || 8 % in != 0 || group % (8 / in) != 0) return group;
+    return group / (8 / in);
+  }
+
   // A reorder `from` -> `to`; returns its (from, to) slots, of which the null pointers are bound
   // per run.
   static std::pair<int, int> init_reorder(OnednnExec& r, const memory::desc& from, const memory::desc& to,
@@ -222,7 +263,7 @@ class OnednnConvKernel final : public OnednnKernel {
   ConvAlgo algo_;
   bool bf16_, fused_;
   FusedSpec spec_;
-  bool has_bias_ = false, has_res_ = false, copy_res_ = false;
+  bool has_bias_ = false, has_res_ = false, copy_res_ = false, widen_ = false;
   std::shared_ptr<void> packed_, blocked_dst_;
   OnednnConvert src_convert_, wei_convert_;
   OnednnExec conv_, dst_out_, res_in_;

@@ -102,14 +102,22 @@ StatusOr<const void*> OnednnConvert::run(const void* src, const dnnl::stream& s)
 
 StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, const dnnl::memory::desc& src_md,
                                                       const dnnl::memory::desc& packed_md) {
+  return onednn_packed_weights(src, src_md.get_size(), "", src_md, packed_md, nullptr);
+}
+
+StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, size_t src_bytes, const std::string& rewrite,
+                                                      const dnnl::memory::desc& plain_md, const dnnl::memory::desc& packed_md,
+                                                      const std::function<void(void* plain)>& to_plain) {
   // The descriptors' bytes name the layouts (oneDNN zero-fills them): equal bytes, equal layouts.
-  std::string layout("onednn:");
-  layout.append(reinterpret_cast<const char*>(&src_md.data), sizeof(src_md.data));
+  std::string layout("onednn:" + rewrite + ":");
+  layout.append(reinterpret_cast<const char*>(&plain_md.data), sizeof(plain_md.data));
   layout.append(reinterpret_cast<const char*>(&packed_md.data), sizeof(packed_md.data));
-  return shared_packed_weights(src, src_md.get_size(), layout, packed_md.get_size(), [&](void* dst) -> Status {
+  return shared_packed_weights(src, src_bytes, layout, packed_md.get_size(), [&](void* dst) -> Status {
+    std::vector<char> rewritten(to_plain ? plain_md.get_size() : 0);
+    if (to_plain) to_plain(rewritten.data());
     try {
       dnnl::stream s(onednn_engine());
-      dnnl::memory from(src_md, onednn_engine(), const_cast<void*>(src));
+      dnnl::memory from(plain_md, onednn_engine(), to_plain ? rewritten.data() : const_cast<void*>(src));
       dnnl::memory to(packed_md, onednn_engine(), dst);
       dnnl::reorder(from, to).execute(s, from, to);
       s.wait();

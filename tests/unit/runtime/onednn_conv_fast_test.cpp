@@ -73,6 +73,8 @@ const ConvCase kCases[] = {
     {Shape{2, 20, 13, 7}, Shape{36, 20, 1, 1}, 1, {2, 2}, {}},             // 1x1 stride 2 (downsample)
     {Shape{1, 64, 14, 14}, Shape{64, 64, 3, 3}, 1, {1, 1}, {1, 1, 1, 1}},  // ResNet block shape
     {Shape{2, 12, 9, 9}, Shape{18, 4, 3, 3}, 3, {1, 1}, {1, 1, 1, 1}},     // groups
+    {Shape{1, 32, 10, 9}, Shape{32, 4, 3, 3}, 8, {1, 1}, {1, 1, 1, 1}},   // groups of 4 (ResNeXt), paired into 8s
+    {Shape{2, 16, 7, 6}, Shape{16, 2, 3, 3}, 8, {2, 2}, {1, 0, 1, 1}},    // groups of 2, stride 2: quadrupled into 8s
     {Shape{1, 19, 11, 10}, Shape{19, 1, 3, 3}, 19, {2, 1}, {1, 1, 1, 1}},  // depthwise
     {Shape{3, 5, 29}, Shape{7, 5, 3}, 1, {2}, {1, 1}},                     // 1-D
 };
