@@ -1,5 +1,7 @@
 #include "builder/graph.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 std::string sym_shape_str(const SymShape& s) {
@@ -131,6 +133,23 @@ void Graph::replace_uses(int from, int to) {
       if (i == from) i = to;
   for (int& o : outputs)
     if (o == from) o = to;
+}
+
+bool Graph::bypass(Node& n, int x, int y) {
+  const bool y_out = std::find(outputs.begin(), outputs.end(), y) != outputs.end();
+  if (!y_out) {
+    replace_uses(y, x);
+  } else if (values[x].producer >= 0 && std::find(outputs.begin(), outputs.end(), x) == outputs.end() && !values[x].is_constant()) {
+    Node& p = nodes[values[x].producer];
+    for (int& o : p.outputs)
+      if (o == x) o = y;
+    replace_uses(x, y);
+    values[y].producer = values[x].producer;
+  } else {
+    return false;
+  }
+  n.removed = true;
+  return true;
 }
 
 std::string Graph::describe_node(const Node& n) const {

@@ -74,6 +74,11 @@ class Graph {
   std::vector<std::string> remove_unread_producers(std::vector<int> values);
   // Replaces every use of value `from` by value `to` (node inputs and graph outputs).
   void replace_uses(int from, int to);
+  // Removes node `n` whose output `y` equals its input `x` (an Identity, a no-op Dropout or Pad):
+  // readers of y read x instead. When y is a graph output its name must survive, so x's producer
+  // is made to write y directly; that is impossible when x is a graph input, constant or output,
+  // and then nothing changes and the result is false.
+  bool bypass(Node& n, int x, int y);
   std::string describe_node(const Node& n) const;  // "node 'name' (OpType)"
 
  private:

@@ -49,6 +49,7 @@ Status identity_elimination(Graph& g, PassContext& ctx);
 Status shape_inference(Graph& g, PassContext& ctx);
 Status qdq_matmul_fusion(Graph& g, PassContext& ctx);
 Status constant_folding(Graph& g, PassContext& ctx);
+Status noop_elimination(Graph& g, PassContext& ctx);
 Status shape_sources(Graph& g, PassContext& ctx);
 Status packed_projection_split(Graph& g, PassContext& ctx);
 Status rotary_fusion(Graph& g, PassContext& ctx);

@@ -22,6 +22,11 @@ const std::vector<Pass>& pass_pipeline() {
        "computed from a static size (GPT-2's w / v.size(-1) ** 0.5) becomes a number; drops Casts to a value's own "
        "dtype and the Shapes whose readers all folded, so they no longer read the values attention_fusion takes",
        constant_folding},
+      {"noop_elimination",
+       "drop the Dropouts (inference, or a constant ratio of 0) and the Pads by zeros that copy their input, once "
+       "folding has made their ratio, training mode and pads constants (Swin computes its window padding from the "
+       "shape); before the fusions, so their patterns see the producer directly",
+       noop_elimination},
       {"shape_sources",
        "make each Shape of a value an attention fusion takes inside its node (b, h, s, d = out.shape of the .V "
        "product; k.shape[-2] of a KV-cache Concat) read the graph inputs its symbolic dims come from, so it is no "
