@@ -1,10 +1,11 @@
 // What kiln's own FusedConv impls built on the panel GEMM (im2col_conv_kernels.cpp,
 // winograd_conv_kernels.cpp) share: a pixel's channels copied in and out of any FusedConv layout,
-// the 2-D view of a 1-D or 2-D window, and the vector form of the fused activation.
+// the 2-D view of a 1-D or 2-D window, the vector form of the fused activation, and their factory.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
@@ -83,6 +84,18 @@ inline bool vec_activation(ConvAct act, vec::Unary* op) {
     case ConvAct::kGeluTanh: *op = vec::Unary::kGeluTanh; return true;
   }
   return false;
+}
+
+// The registry factory of such an impl: K(reference FusedConv, window attributes, group, spec). The
+// reference infers shapes and runs what K does not cover.
+template <typename K>
+StatusOr<std::unique_ptr<Kernel>> make_panel_conv(const KernelArgs& args, AttrReader& attrs) {
+  FusedSpec spec;
+  KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
+  WindowAttrs w;
+  KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
+  KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
+  return std::unique_ptr<Kernel>(std::make_unique<K>(std::move(ref), std::move(w), group, spec));
 }
 
 }  // namespace kiln

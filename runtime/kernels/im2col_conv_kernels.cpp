@@ -192,16 +192,10 @@ class Im2colConvKernel final : public Kernel {
 }  // namespace
 
 void register_im2col_conv_kernels(KernelRegistry& r) {
-  // Below "onednn" (10) and Winograd (8): tactic selection picks it where it times faster.
+  // Below "onednn" (10) and oneDNN's Winograd (8), above winograd_f4x3 (6): tactic selection picks
+  // it where it times faster.
   r.add_kiln_op({"FusedConv", "im2col_panel", 7,
-                 [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
-                   FusedSpec spec;
-                   KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
-                   WindowAttrs w;
-                   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-                   KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-                   return std::unique_ptr<Kernel>(std::make_unique<Im2colConvKernel>(std::move(ref), std::move(w), group, spec));
-                 },
+                 make_panel_conv<Im2colConvKernel>,
                  // AVX2 + FMA, the engine baseline: panel_gemm::run picks AVX-512 where the loading CPU has it.
                  0});
 }

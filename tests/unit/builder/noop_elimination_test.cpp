@@ -7,18 +7,14 @@
 #include "builder/plan/build_plan.h"
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
+#include "unit/builder/graph_test_util.h"
 
 namespace kiln {
 namespace {
 
 using testing::OnnxModelBuilder;
 
-int count_op(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes)
-    if (!node.removed && node.op_type == op) ++n;
-  return n;
-}
+using testing::count_op;
 
 // x -> Dropout(ratio 0, training true: a folded Cast) -> Relu -> Pad(pads: a folded Sub, all 0)
 //   -> Dropout(no training input) -> y (a graph output: Relu writes it directly afterwards).

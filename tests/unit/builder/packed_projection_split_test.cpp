@@ -12,6 +12,7 @@
 #include "builder/passes/pass.h"
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
+#include "unit/builder/graph_test_util.h"
 
 namespace kiln {
 namespace {
@@ -66,11 +67,7 @@ OnnxModelBuilder model(const Options& o) {
   return b;
 }
 
-int count_op(const Graph& g, const std::string& op) {
-  int c = 0;
-  for (const auto& n : g.nodes) c += !n.removed && n.op_type == op;
-  return c;
-}
+using testing::count_op;
 
 Graph rewritten(const Options& o) {
   PassContext ctx;

@@ -7,18 +7,14 @@
 #include "builder/plan/build_plan.h"
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
+#include "unit/builder/graph_test_util.h"
 
 namespace kiln {
 namespace {
 
 using testing::OnnxModelBuilder;
 
-int count_op(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes)
-    if (!node.removed && node.op_type == op) ++n;
-  return n;
-}
+using testing::count_op;
 
 // x:[1, S, 8] -> Reshape(x, Concat(1, Unsqueeze(Gather(Shape(x), 1)), 2, 4)) -> Relu -> y
 OnnxModelBuilder shape_subgraph_model() {

@@ -11,6 +11,7 @@
 #include "builder/passes/pass.h"
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
+#include "unit/builder/graph_test_util.h"
 
 namespace kiln {
 namespace {
@@ -127,11 +128,7 @@ int64_t rows_of(const Graph& g, const std::string& name) {
   return v.shape && v.shape->size() > 1 && (*v.shape)[1].is_known() ? (*v.shape)[1].value : -1;
 }
 
-int count_op(const Graph& g, const std::string& op) {
-  int c = 0;
-  for (const auto& n : g.nodes) c += !n.removed && n.op_type == op;
-  return c;
-}
+using testing::count_op;
 
 // Runs the model with `disabled` passes; returns every output's values.
 std::vector<std::vector<float>> run(const Options& o, const std::set<std::string>& disabled) {

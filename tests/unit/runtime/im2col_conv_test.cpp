@@ -111,22 +111,7 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
 
 // One kernel prepared at a small shape and then a larger one (a dynamic profile's min and max):
 // its im2col and output scratch grow, and the second run matches the reference.
-TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) {
-  const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
-  const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
-  auto k = make_kernel("FusedConv", attrs, 3, "im2col_panel");
-  auto ref = make_kernel("FusedConv", attrs, 3, "reference");
-  ASSERT_TRUE(k && ref);
-  for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
-    const Tensor x = random_f32(xs, 3);
-    const TensorView v[] = {x.view(), w.view(), b.view()};
-    auto got = run_kernel_once(*k, v, 1);
-    auto want = run_kernel_once(*ref, v, 1);
-    ASSERT_TRUE(got.ok() && want.ok());
-    EXPECT_STREQ(k->impl_name(), "im2col_panel");
-    expect_close((*got)[0], (*want)[0], 2e-5, xs.str());
-  }
-}
+TEST(Im2colConv, APrepareAtALargerShapeGrowsTheScratch) { testing::expect_fused_conv_regrows("im2col_panel", 2e-5); }
 
 // A batch whose A and GEMM output pass 8 MB (28800 rows of 147 + 16 floats: 18.8 MB) runs in
 // chunks of rows: every chunk's rows land in the right place, in the direct-Y (NHWC, residual in

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/kernel.h"
+#include "runtime/kernel_runner.h"
 #include "runtime/tensor.h"
 
 namespace kiln::testing {
@@ -59,6 +60,26 @@ inline void expect_close(const Tensor& got, const Tensor& want, double atol, dou
       ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
       ++bad;
     }
+  }
+}
+
+// One FusedConv kernel of `impl` prepared at a small shape and then a larger one (a dynamic
+// profile's min and max): its scratch grows, it still runs as `impl`, and both runs match the
+// reference within `atol`.
+inline void expect_fused_conv_regrows(const std::string& impl, double atol) {
+  const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
+  const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
+  auto k = make_kernel("FusedConv", attrs, 3, impl);
+  auto ref = make_kernel("FusedConv", attrs, 3, "reference");
+  ASSERT_TRUE(k && ref);
+  for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
+    const Tensor x = random_f32(xs, 3);
+    const TensorView v[] = {x.view(), w.view(), b.view()};
+    auto got = run_kernel_once(*k, v, 1);
+    auto want = run_kernel_once(*ref, v, 1);
+    ASSERT_TRUE(got.ok() && want.ok());
+    EXPECT_EQ(k->impl_name(), impl);
+    expect_close((*got)[0], (*want)[0], atol, 1e-5, xs.str());
   }
 }
 

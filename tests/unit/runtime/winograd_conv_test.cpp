@@ -118,22 +118,7 @@ TEST(WinogradConv, MatchesTheReferenceAtAwkwardGeometryEveryActivationAndLayout)
 
 // One kernel prepared at a small shape and then a larger one (a dynamic profile's min and max):
 // its tile buffers grow, and the second run matches the reference.
-TEST(WinogradConv, APrepareAtALargerShapeGrowsTheScratch) {
-  const AttrMap attrs{{"pads", Attribute::Ints({1, 1, 1, 1})}, {"activation", Attribute::String("relu")}};
-  const Tensor w = random_f32(Shape{24, 8, 3, 3}, 1), b = random_f32(Shape{24}, 2);
-  auto k = make_kernel("FusedConv", attrs, 3, "winograd_f4x3");
-  auto ref = make_kernel("FusedConv", attrs, 3, "reference");
-  ASSERT_TRUE(k && ref);
-  for (const Shape& xs : {Shape{1, 8, 4, 5}, Shape{3, 8, 17, 13}}) {
-    const Tensor x = random_f32(xs, 3);
-    const TensorView v[] = {x.view(), w.view(), b.view()};
-    auto got = run_kernel_once(*k, v, 1);
-    auto want = run_kernel_once(*ref, v, 1);
-    ASSERT_TRUE(got.ok() && want.ok());
-    EXPECT_STREQ(k->impl_name(), "winograd_f4x3");
-    testing::expect_close((*got)[0], (*want)[0], 3e-5, 1e-5, xs.str());
-  }
-}
+TEST(WinogradConv, APrepareAtALargerShapeGrowsTheScratch) { testing::expect_fused_conv_regrows("winograd_f4x3", 3e-5); }
 
 // Geometry F(4x4, 3x3) does not cover runs the reference (tactic selection reports it unavailable).
 TEST(WinogradConv, OtherGeometryRunsTheReference) {
