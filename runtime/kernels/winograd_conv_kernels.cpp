@@ -47,12 +47,14 @@ constexpr int64_t kOut = 4;     // output tile side
 constexpr int64_t kTile = 6;    // input tile side: kOut + 3 - 1
 constexpr int64_t kElems = 36;  // positions of the transformed 6x6 tile: one GEMM each
 constexpr int64_t kLanes = sv::kLanes;
-// The schedule: where the transformed weights (36 x C x OC floats) are at most kBlockedMaxWeights,
-// tiles go through all three steps in blocks whose transformed input and output take about
-// kBlockBytes, so they stay in L2 between the steps. Larger weights are read once per run
-// instead: each step runs over all tiles.
+// The schedule: tiles go through all three steps in blocks of about kBlockTiles, so a block's
+// transformed input and output stay in L2 between the steps (each block reads all of U_e from
+// L2/L3). Only where the transformed weights (36 x C x OC floats) pass kBlockedMaxWeights and the
+// threads would get fewer than kBlockTiles tiles each (ResNet's 7x7 last stage: 4 tiles against
+// 38 MB) is U read once per run instead: each step then runs over all tiles, the GEMMs split
+// between the threads by position.
+constexpr int64_t kBlockTiles = 8;
 constexpr int64_t kBlockedMaxWeights = int64_t{1} << 20;
-constexpr int64_t kBlockBytes = int64_t{384} << 10;
 
 // Bᵀ applied to six values d0..d5, results at o[0], o[s], ..., o[5s].
 inline void input_1d(V d0, V d1, V d2, V d3, V d4, V d5, V* o, int s) {
@@ -191,14 +193,13 @@ class WinogradConvKernel final : public Kernel {
       packed_per_elem_ = per_elem;
     }
     const int64_t C = channels_, OC = out_channels_, threads = ThreadPool::global().max_threads();
-    const int64_t u_bytes = 4 * kElems * C * OC, tile_bytes = 4 * kElems * (C + OC);
+    const int64_t u_bytes = 4 * kElems * C * OC;
     block_tiles_ = tiles_;
-    if (u_bytes <= kBlockedMaxWeights) {
-      int64_t blocks = (tiles_ + kBlockBytes / tile_bytes - 1) / std::max<int64_t>(1, kBlockBytes / tile_bytes);
-      blocks = (blocks + threads - 1) / threads * threads;
-      block_tiles_ = std::max<int64_t>(1, (tiles_ + blocks - 1) / blocks);
+    if (u_bytes <= kBlockedMaxWeights || tiles_ >= kBlockTiles * threads) {
+      // Whole rounds of blocks, one per thread, of at most kBlockTiles tiles.
+      const int64_t blocks = ((tiles_ + kBlockTiles - 1) / kBlockTiles + threads - 1) / threads * threads;
+      block_tiles_ = (tiles_ + blocks - 1) / blocks;
     }
-    if (const char* e = std::getenv("KILN_WG_TB")) block_tiles_ = std::min<int64_t>(tiles_, std::atoll(e));
     const bool blocked = block_tiles_ < tiles_;
     const size_t v_floats = static_cast<size_t>(blocked ? threads * kElems * block_tiles_ * (C + OC) : kElems * tiles_ * C);
     const size_t m_floats = static_cast<size_t>(blocked ? 0 : kElems * tiles_ * OC);
