@@ -267,34 +267,35 @@ class WinogradConvKernel final : public Kernel {
   void transform_input(const float* x, int64_t t0, int64_t t1, float* v, int64_t elem_stride) const {
     const ChannelRuns runs = ChannelRuns::of(spec_.x, channels_, g_.in[0], g_.in[1]);
     const int64_t C = channels_, H = g_.in[0], W = g_.in[1];
-    V d[kElems], rows[kElems], res[kElems];
+    V rows[kElems];  // d B: row i of the patch, transformed, at rows[6i, 6i + 6)
     for (int64_t t = t0; t < t1; ++t) {
-        int64_t n, h0, w0;
-        tile_origin(t, &n, &h0, &w0);
-        const bool inside = h0 >= 0 && h0 + kTile <= H && w0 >= 0 && w0 + kTile <= W;
-        for (int64_t c = 0; c < C; c += kLanes) {
-          const int64_t lanes = std::min<int64_t>(kLanes, C - c);
-          const float* p = x + runs.offset(n, c, 0, 0);
-          for (int64_t i = 0; i < kTile; ++i) {
-            const int64_t h = h0 + i;
-            const float* row = p + h * runs.h_stride;
-            for (int64_t j = 0; j < kTile; ++j) {
-              const int64_t w = w0 + j;
-              d[i * kTile + j] = inside || (h >= 0 && h < H && w >= 0 && w < W) ? runs.load(row + w * runs.w_stride, lanes) : sv::zero();
-            }
+      int64_t n, h0, w0;
+      tile_origin(t, &n, &h0, &w0);
+      const bool inside = h0 >= 0 && h0 + kTile <= H && w0 >= 0 && w0 + kTile <= W;
+      for (int64_t c = 0; c < C; c += kLanes) {
+        const int64_t lanes = std::min<int64_t>(kLanes, C - c);
+        const float* p = x + runs.offset(n, c, 0, 0);
+        for (int64_t i = 0; i < kTile; ++i) {  // d B: along each row of the patch, as it is read
+          const int64_t h = h0 + i;
+          const float* row = p + h * runs.h_stride;
+          V d[kTile];
+          for (int64_t j = 0; j < kTile; ++j) {
+            const int64_t w = w0 + j;
+            d[j] = inside || (h >= 0 && h < H && w >= 0 && w < W) ? runs.load(row + w * runs.w_stride, lanes) : sv::zero();
           }
-          for (int j = 0; j < kTile; ++j)  // Bᵀ d: down each column
-            input_1d(d[j], d[6 + j], d[12 + j], d[18 + j], d[24 + j], d[30 + j], rows + j, 6);
-          for (int i = 0; i < kTile; ++i) {  // (Bᵀ d) B: along each row
-            const V* r = rows + i * 6;
-            input_1d(r[0], r[1], r[2], r[3], r[4], r[5], res + i * 6, 1);
-          }
-          float* dst = v + (t - t0) * C + c;
-          for (int64_t e = 0; e < kElems; ++e) {
-            if (lanes == kLanes) sv::storeu(dst + e * elem_stride, res[e]);
-            else sv::store_partial(dst + e * elem_stride, lanes, res[e]);
+          input_1d(d[0], d[1], d[2], d[3], d[4], d[5], rows + i * kTile, 1);
+        }
+        float* dst = v + (t - t0) * C + c;
+        for (int j = 0; j < kTile; ++j) {  // Bᵀ (d B): down each column, stored as it is made
+          V o[kTile];
+          input_1d(rows[j], rows[6 + j], rows[12 + j], rows[18 + j], rows[24 + j], rows[30 + j], o, 1);
+          for (int i = 0; i < kTile; ++i) {
+            float* e = dst + (i * kTile + j) * elem_stride;
+            if (lanes == kLanes) sv::storeu(e, o[i]);
+            else sv::store_partial(e, lanes, o[i]);
           }
         }
+      }
     }
   }
 
@@ -326,43 +327,46 @@ class WinogradConvKernel final : public Kernel {
     const vec::UnaryFn act = has_act_ ? vec::unary(act_op_) : nullptr;
     const ConvAct kind = spec_.act;
     const V lo = sv::set1(spec_.alpha), hi = sv::set1(spec_.beta);
-    V mv[kElems], cols[4 * kTile], o[kOut * kOut];
+    V cols[kTile * kOut];  // M A: row i of the transformed tile at cols[4i, 4i + 4)
     alignas(32) float lanes_buf[kLanes];
     for (int64_t t = t0; t < t1; ++t) {
-        int64_t n, h0, w0;
-        tile_origin(t, &n, &h0, &w0);
-        const int64_t oh0 = h0 + g_.pad_begin[0], ow0 = w0 + g_.pad_begin[1];
-        const int64_t rows = std::min(kOut, OH - oh0), cols_in = std::min(kOut, OW - ow0);
-        for (int64_t oc = 0; oc < OC; oc += kLanes) {
-          const int64_t lanes = std::min<int64_t>(kLanes, OC - oc);
-          const float* src = m + (t - t0) * OC + oc;
-          for (int64_t e = 0; e < kElems; ++e)
-            mv[e] = lanes == kLanes ? sv::loadu(src + e * elem_stride) : sv::load_partial(src + e * elem_stride, lanes);
-          for (int j = 0; j < kTile; ++j)  // Aᵀ M: down each column
-            output_1d(mv[j], mv[6 + j], mv[12 + j], mv[18 + j], mv[24 + j], mv[30 + j], cols + j, 6);
-          for (int i = 0; i < kOut; ++i) {  // (Aᵀ M) A: along each row
-            const V* r = cols + i * 6;
-            output_1d(r[0], r[1], r[2], r[3], r[4], r[5], o + i * kOut, 1);
+      int64_t n, h0, w0;
+      tile_origin(t, &n, &h0, &w0);
+      const int64_t oh0 = h0 + g_.pad_begin[0], ow0 = w0 + g_.pad_begin[1];
+      const int64_t rows = std::min(kOut, OH - oh0), cols_in = std::min(kOut, OW - ow0);
+      for (int64_t oc = 0; oc < OC; oc += kLanes) {
+        const int64_t lanes = std::min<int64_t>(kLanes, OC - oc);
+        const float* src = m + (t - t0) * OC + oc;
+        for (int i = 0; i < kTile; ++i) {  // M A: along each row, as it is loaded
+          V mv[kTile];
+          for (int j = 0; j < kTile; ++j) {
+            const float* e = src + (i * kTile + j) * elem_stride;
+            mv[j] = lanes == kLanes ? sv::loadu(e) : sv::load_partial(e, lanes);
           }
-          const V b = bias ? (lanes == kLanes ? sv::loadu(bias + oc) : sv::load_partial(bias + oc, lanes)) : sv::zero();
-          float* yp = y + y_runs.offset(n, oc, oh0, ow0);
-          const float* rp = res ? res + res_runs.offset(n, oc, oh0, ow0) : nullptr;
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols_in; ++j) {
-              V val = sv::add(o[i * kOut + j], b);
-              if (rp) val = sv::add(val, res_runs.load(rp + i * res_runs.h_stride + j * res_runs.w_stride, lanes));
-              if (kind == ConvAct::kRelu) {
-                val = sv::max(val, sv::zero());
-              } else if (kind == ConvAct::kClip) {
-                val = sv::min(sv::max(val, lo), hi);
-              } else if (act) {  // the others through their vector kernel, a run at a time
-                sv::storeu(lanes_buf, val);
-                act(lanes_buf, lanes_buf, lanes, params);
-                val = sv::loadu(lanes_buf);
-              }
-              y_runs.store(yp + i * y_runs.h_stride + j * y_runs.w_stride, lanes, val);
-            }
+          output_1d(mv[0], mv[1], mv[2], mv[3], mv[4], mv[5], cols + i * kOut, 1);
         }
+        const V b = bias ? (lanes == kLanes ? sv::loadu(bias + oc) : sv::load_partial(bias + oc, lanes)) : sv::zero();
+        float* yp = y + y_runs.offset(n, oc, oh0, ow0);
+        const float* rp = res ? res + res_runs.offset(n, oc, oh0, ow0) : nullptr;
+        for (int64_t j = 0; j < cols_in; ++j) {  // Aᵀ (M A): down each column, then out
+          V o[kOut];
+          output_1d(cols[j], cols[4 + j], cols[8 + j], cols[12 + j], cols[16 + j], cols[20 + j], o, 1);
+          for (int64_t i = 0; i < rows; ++i) {
+            V val = sv::add(o[i], b);
+            if (rp) val = sv::add(val, res_runs.load(rp + i * res_runs.h_stride + j * res_runs.w_stride, lanes));
+            if (kind == ConvAct::kRelu) {
+              val = sv::max(val, sv::zero());
+            } else if (kind == ConvAct::kClip) {
+              val = sv::min(sv::max(val, lo), hi);
+            } else if (act) {  // the others through their vector kernel, a run at a time
+              sv::storeu(lanes_buf, val);
+              act(lanes_buf, lanes_buf, lanes, params);
+              val = sv::loadu(lanes_buf);
+            }
+            y_runs.store(yp + i * y_runs.h_stride + j * y_runs.w_stride, lanes, val);
+          }
+        }
+      }
     }
   }
 
