@@ -194,6 +194,7 @@ class WinogradConvKernel final : public Kernel {
     }
     const int64_t C = channels_, OC = out_channels_, threads = ThreadPool::global().max_threads();
     const int64_t u_bytes = 4 * kElems * C * OC;
+    slots_ = threads;
     block_tiles_ = tiles_;
     if (u_bytes <= kBlockedMaxWeights || tiles_ >= kBlockTiles * threads) {
       // Whole rounds of blocks, one per thread, of at most kBlockTiles tiles.
@@ -232,9 +233,7 @@ class WinogradConvKernel final : public Kernel {
     // Blocks of tiles, each through all three steps on one thread with its scratch in cache.
     const int64_t blocks = (T + block_tiles_ - 1) / block_tiles_;
     const size_t slot_floats = static_cast<size_t>(kElems * block_tiles_ * (C + OC));
-    const LoopCost cost{4.0 * static_cast<double>(C * OC + 2 * kElems * block_tiles_ * (C + OC)),
-                        2.0 * static_cast<double>(kElems * block_tiles_ * C * OC)};
-    pool.parallel_for(blocks, cost, [&](int64_t b0, int64_t b1, int slot) {
+    auto run_blocks = [&](int64_t b0, int64_t b1, int slot) {
       float* vb = v + static_cast<size_t>(slot) * slot_floats;
       float* mb = vb + kElems * block_tiles_ * C;
       for (int64_t b = b0; b < b1; ++b) {
@@ -243,7 +242,12 @@ class WinogradConvKernel final : public Kernel {
         multiply(vb, mb, rows, 0, kElems);
         transform_output(io, mb, rows * OC, t0, t1);
       }
-    });
+    };
+    const LoopCost cost{4.0 * static_cast<double>(C * OC + 2 * kElems * block_tiles_ * (C + OC)),
+                        2.0 * static_cast<double>(kElems * block_tiles_ * C * OC)};
+    // The slots stay within the scratch prepare() sized, even if the pool has grown since.
+    if (pool.worth_a_region(blocks, cost)) pool.parallel_for(blocks, 1, run_blocks, static_cast<int>(slots_));
+    else run_blocks(0, blocks, 0);
     return Status::Ok();
   }
 
@@ -377,7 +381,7 @@ class WinogradConvKernel final : public Kernel {
   bool use_ref_ = false, has_bias_ = false, has_res_ = false, has_act_ = false;
   vec::Unary act_op_ = vec::Unary::kRelu;
   Geom2d g_{};
-  int64_t block_tiles_ = 0, batch_ = 0, channels_ = 0, out_channels_ = 0, tiles_h_ = 0, tiles_w_ = 0, tiles_ = 0, packed_per_elem_ = 0;
+  int64_t slots_ = 1, block_tiles_ = 0, batch_ = 0, channels_ = 0, out_channels_ = 0, tiles_h_ = 0, tiles_w_ = 0, tiles_ = 0, packed_per_elem_ = 0;
   std::shared_ptr<void> packed_, v_buf_, m_buf_;
   const void* packed_src_ = nullptr;
   size_t v_capacity_ = 0, m_capacity_ = 0;
