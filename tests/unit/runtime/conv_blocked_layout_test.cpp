@@ -70,6 +70,7 @@ const ConvCase kConvCases[] = {
     {Shape{2, 17, 6, 5}, Shape{24, 17, 3, 3}, 1, 2, 1},   // 17 -> 24, stride 2
     {Shape{1, 24, 9, 9}, Shape{24, 8, 3, 3}, 3, 1, 1},    // groups of 8
     {Shape{2, 24, 5, 6}, Shape{12, 6, 3, 3}, 4, 1, 1},    // groups of 6 -> 3
+    {Shape{1, 32, 7, 9}, Shape{32, 4, 3, 3}, 8, 1, 1},    // groups of 4 (oneDNN: widened to 8)
     {Shape{2, 24, 7, 6}, Shape{24, 1, 3, 3}, 24, 2, 1},   // depthwise, stride 2
     {Shape{1, 16, 8, 8}, Shape{16, 1, 3, 3}, 16, 1, 1},   // depthwise, 16c fits
     {Shape{2, 16, 6, 6}, Shape{32, 16, 1, 1}, 1, 1, 0},   // 1x1, every layout fits
