@@ -162,7 +162,11 @@ TEST(DenseLayout, EveryValueBetweenConvolutionsStaysInTheLayout) {
     for (const char* v : {"p0", "cat1", "cat2", "block", "t", "cat3", "block2"}) {
       EXPECT_EQ(rank_of(b, v), blocked ? 5u : 4u) << layout << " " << v;
     }
-    EXPECT_EQ(attr_or(producer(b, "t"), "layout", "nchw"), layout);
+    // The transition pools first (pool_before_pointwise_conv): the pool writes t_c, the conv t.
+    ASSERT_NE(producer(b, "t_c"), nullptr);
+    EXPECT_EQ(producer(b, "t_c")->op_type, "AveragePool");
+    EXPECT_EQ(attr_or(producer(b, "t_c"), "layout", "nchw"), layout);
+    EXPECT_EQ(attr_or(producer(b, "t"), "x_layout", "nchw"), layout);
     EXPECT_EQ(attr_or(producer(b, "p0"), "layout", "nchw"), layout);
     // The BN + ReLU steps read the Concats in the layout, their constants in its broadcast shape.
     const Node* act = producer(b, "y1_a");
@@ -192,7 +196,8 @@ TEST(DenseLayout, EachPassOnAndOffMatchesTheUnfusedGraph) {
   const Built ref = build_and_run(*g, {"conv_epilogue_fusion", "elementwise_fusion", "batchnorm_folding", "identity_elimination"}, "", x);
   ASSERT_EQ(ref.y.size(), 10u);
   for (const char* layout : {"nchw8c", "nhwc"})
-    for (const char* off : {"", "conv_channels_last", "elementwise_fusion", "batchnorm_folding", "identity_elimination"}) {
+    for (const char* off :
+         {"", "conv_channels_last", "elementwise_fusion", "batchnorm_folding", "identity_elimination", "pool_before_pointwise_conv"}) {
       std::set<std::string> disabled;
       if (*off) disabled.insert(off);
       const Built on = build_and_run(*g, disabled, layout, x);
