@@ -4,22 +4,28 @@
 // reorders per inference. A value produced by a 2-D FusedConv and read only by 2-D FusedConvs (as X
 // or residual), and not a graph output, is therefore kept in that layout: its producer writes it
 // with y_layout, its readers take it with x_layout / residual_layout, and its recorded shape
-// becomes the layout's ([N, H, W, C] or [N, C/8, H, W, 8]). A 2-D MaxPool between FusedConvs
-// (ResNet's stem, GoogLeNet's inception branches) joins in with attribute layout when both its
-// input and its output can be in the layout, and so does a Concat over the channels (SqueezeNet's
-// fire modules, GoogLeNet's inception outputs) when all its inputs and its output can: the Concat
-// kernel is layout-blind, only its axis moves (NHWC: 3; nChw8c: 1, the block axis, exact because
-// every input's channels are whole blocks). Squeeze-excitation blocks join as well: a
+// becomes the layout's ([N, H, W, C] or [N, C/8, H, W, 8]). A 2-D MaxPool or AveragePool between
+// FusedConvs (ResNet's stem, GoogLeNet's inception branches, DenseNet's transitions) joins in with
+// attribute layout when both its input and its output can be in the layout, and so does a Concat
+// over the channels (SqueezeNet's fire modules, GoogLeNet's inception outputs, DenseNet's dense
+// blocks) when all its inputs and its output can: the Concat kernel is layout-blind, only its axis
+// moves (NHWC: 3; nChw8c: 1, the block axis, exact because every input's channels are whole
+// blocks). Squeeze-excitation blocks join as well: a
 // GlobalAveragePool (attribute layout; its [N, C, 1, 1] output in the layout) and elementwise ops
-// all of whose inputs are in the layout (x * s broadcasts the same in it). Every other value (graph
-// inputs and outputs, what other ops read) keeps NCHW.
+// all of whose inputs are in the layout (x * s broadcasts the same in it) or are constants varying
+// at most along the channels (a BatchNormalization's scale and shift, which the pass rewrites into
+// the layout's broadcast shape: DenseNet's pre-activation BN + ReLU on every dense Concat). A
+// GlobalAveragePool whose readers cannot take the layout (a classifier head's Flatten) computes in
+// it all the same, and a Reshape (a view: [N, C, 1, 1] has the same bytes in every layout) hands
+// its readers NCHW. Every other value (graph inputs and outputs, what other ops read) keeps NCHW.
 //
 // The layout is the build machine's (cpu_info(), so KILN_MAX_CPU_ISA caps it): NHWC with AVX-512,
 // nChw8c without. nChw8c needs the value's channels to be a multiple of 8: a value whose channels
 // are not (or are unknown) stays NCHW rather than using padded blocks, so a tensor's shape always
 // gives its channel count (FusedConv's kernels need it) and the convolution reorders it as before.
-// In the torchvision zoo the only such values are 1x1 squeeze-excitation tensors, where a reorder
-// is a few dozen floats. The layout is recorded in the attributes, so an engine built on one CPU
+// In the torchvision zoo such values are 1x1 squeeze-excitation tensors, where a reorder is a few
+// dozen floats, and ShuffleNet-V2's 58- and 116-channel branches, whose 1x1 convolutions run in
+// NCHW on FusedConv's "nchw_direct" impl (runtime/kernels/nchw_conv_kernels.cpp). The layout is recorded in the attributes, so an engine built on one CPU
 // runs unchanged on another: the kernels reorder where the recorded layout is not the one their
 // primitive computes in.
 #include <algorithm>
