@@ -12,7 +12,9 @@
 //   residual and activation per output row (kiln's pool);
 // - a depthwise convolution (group = C = OC, no dilation) runs plane by plane on kiln's pool: each
 //   plane copied into a zero-padded buffer split by column phase, so every tap of 8 neighbouring
-//   outputs is one contiguous load at any stride (run_depthwise).
+//   outputs is one contiguous load at any stride (run_depthwise). Alone on an idle core oneDNN's
+//   jit_dw with its two reorders is the faster, and tactic selection keeps it there; beside a
+//   co-tenant each of its three OpenMP regions waits for a descheduled worker, and this one wins.
 //
 // Anything else (other layouts, kernels, groups, dilation, 1-D/3-D, non-float32) runs the
 // reference and reports "reference", so tactic selection sees the impl as unavailable there. It
