@@ -65,11 +65,59 @@ void PlanMemory::alias(int value, int root_value) {
 }
 
 namespace {
+// The axis step `s` joins along at these shapes, when its output's slices along it are contiguous
+// (every dim before it is 1), else -1.
+int64_t contiguous_join_axis(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, size_t s) {
+  if (!m.step[s].joins_inputs_along) return -1;
+  const Shape& os = desc[plan.steps[s].outputs[0]].shape;
+  if (os.rank() == 0) return -1;
+  const int64_t axis = *m.step[s].joins_inputs_along < 0 ? *m.step[s].joins_inputs_along + os.rank() : *m.step[s].joins_inputs_along;
+  if (axis < 0 || axis >= os.rank() || os.numel(0, static_cast<int>(axis)) != 1) return -1;
+  return axis;
+}
+
+// A joining step whose inputs are the first inputs of a larger joining step along the same axis
+// (DenseNet: each layer's Concat of every earlier feature map is a prefix of its block's last
+// Concat) has its output hosted at the start of the larger one's, whose parts then sit where
+// both need them: no Concat of the chain copies a part that a kernel wrote in place. The largest
+// such step hosts; it holds more inputs, so hosts never form a cycle.
+void host_prefix_joins(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
+                       const std::vector<char>& is_output, ArenaLayout& layout) {
+  std::vector<size_t> joins;
+  std::vector<int64_t> axis(plan.steps.size(), -1);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    axis[s] = contiguous_join_axis(plan, m, desc, s);
+    const int out = axis[s] >= 0 ? plan.steps[s].outputs[0] : -1;
+    if (out >= 0 && m.alias_root[out] < 0 && !bound[out]) joins.push_back(s);
+  }
+  for (size_t s : joins) {
+    const PlanStep& small = plan.steps[s];
+    const int out = small.outputs[0];
+    if (is_output[out]) continue;
+    const Shape& os = desc[out].shape;
+    int best = -1;
+    for (size_t t : joins) {
+      const PlanStep& big = plan.steps[t];
+      if (t == s || axis[t] != axis[s] || big.inputs.size() <= small.inputs.size()) continue;
+      if (!std::equal(small.inputs.begin(), small.inputs.end(), big.inputs.begin())) continue;
+      const TensorDesc& bd = desc[big.outputs[0]];
+      if (bd.dtype != desc[out].dtype || bd.shape.rank() != os.rank()) continue;
+      bool same = true;
+      for (int d = 0; d < os.rank(); ++d) same = same && (d == axis[s] || bd.shape[d] == os[d]);
+      if (same && (best < 0 || big.inputs.size() > plan.steps[best].inputs.size())) best = static_cast<int>(t);
+    }
+    if (best < 0) continue;
+    layout.host[out] = plan.steps[best].outputs[0];
+    layout.host_offset[out] = 0;
+  }
+}
+
 // Places the inputs of joining steps (Concat) in their slices of the joined output's buffer.
 void place_joined_inputs(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
                          ArenaLayout& layout) {
   std::vector<char> is_output(plan.values.size(), 0);
   for (int v : plan.outputs) is_output[v] = 1;
+  host_prefix_joins(plan, m, desc, bound, is_output, layout);
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const PlanStep& step = plan.steps[s];
     if (!m.step[s].joins_inputs_along) continue;

@@ -59,6 +59,7 @@ Status slice_pushdown(Graph& g, PassContext& ctx);
 Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status batchnorm_folding(Graph& g, PassContext& ctx);
+Status pool_before_pointwise_conv(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status softmax_prologue_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);

@@ -65,6 +65,11 @@ const std::vector<Pass>& pass_pipeline() {
        "which makes the statistics and weights constants, before matmul_epilogue_fusion and conv_epilogue_fusion, "
        "which then fuse the bias and activation after the folded MatMul/Gemm/Conv",
        batchnorm_folding},
+      {"pool_before_pointwise_conv",
+       "run an AveragePool without padding before the 1x1 stride-1 Conv whose output it alone reads (they "
+       "commute, bias included): DenseNet's transitions convolve a quarter of the pixels; after batchnorm_folding, "
+       "which may give the Conv its bias, before conv_epilogue_fusion, which makes it a FusedConv",
+       pool_before_pointwise_conv},
       {"matmul_epilogue_fusion",
        "fold the bias Add, GELU and residual Add after each MatMul/Gemm with constant weights into one FusedMatMul "
        "(one oneDNN matmul with post-ops, weights prepacked once); after attention_fusion so its matchers see the "

@@ -14,6 +14,11 @@ namespace kiln {
 // row buffer (out of memory).
 bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g);
 
+// AveragePool over x [images, H, W, C] into y [images, OH, OW, C], 2-D geometry `g` (no dilation), with
+// the NCHW path's divisor (taps inside the input, or with `count_include_pad` inside the padded
+// input; an empty window gives 0) and its order of additions (the window's rows, then its columns).
+bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, bool count_include_pad);
+
 // GlobalAveragePool over x [images, pixels, 8] into y [images, 8]. `partial` holds
 // global_average_pool_blocked8_partials(images, pixels) doubles: the per-chunk sums, added up in a
 // fixed order, so the result does not depend on the thread count.

@@ -63,6 +63,54 @@ void max_pool_row_horizontal(const float* src, float* dst, int64_t C, const Wind
   }
 }
 
+// out[i] = acc[i] + x[i]; `out` may be `acc`.
+inline void add_into(const float* acc, const float* x, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 s0 = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i));
+    const __m256 s1 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8));
+    const __m256 s2 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 16), _mm256_loadu_ps(x + i + 16));
+    const __m256 s3 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 24), _mm256_loadu_ps(x + i + 24));
+    _mm256_storeu_ps(out + i, s0);
+    _mm256_storeu_ps(out + i + 8, s1);
+    _mm256_storeu_ps(out + i + 16, s2);
+    _mm256_storeu_ps(out + i + 24, s3);
+  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) out[i] = acc[i] + x[i];
+}
+
+// One output row of AveragePool from `src`, the vertical sum of its window's `rows` input rows
+// ([W, C]; `hpad` rows counting the padding): per output pixel the sum of its window's columns
+// over the divisor, added left to right as the NCHW path does.
+void average_pool_row_horizontal(const float* src, float* dst, int64_t C, const WindowGeom& g, int64_t rows, int64_t hpad,
+                                 bool count_include_pad) {
+  const int64_t W = g.in[1], OW = g.out[1], kw = g.k[1], sw = g.stride[1], pw = g.pad_begin[1];
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const int64_t w0 = ow * sw - pw;
+    const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + kw, W);
+    const int64_t wpad = std::min(w0 + kw, W + g.pad_end[1]) - w0;
+    const int64_t div = count_include_pad ? hpad * wpad : rows * std::max<int64_t>(whi - wlo, 0);
+    float* yp = dst + ow * C;
+    if (wlo >= whi || div <= 0) {
+      std::fill(yp, yp + C, 0.0f);
+      continue;
+    }
+    const float d = static_cast<float>(div);
+    int64_t c = 0;
+    for (; c + 8 <= C; c += 8) {
+      __m256 acc = _mm256_loadu_ps(src + wlo * C + c);
+      for (int64_t w = wlo + 1; w < whi; ++w) acc = _mm256_add_ps(acc, _mm256_loadu_ps(src + w * C + c));
+      _mm256_storeu_ps(yp + c, _mm256_div_ps(acc, _mm256_set1_ps(d)));
+    }
+    for (; c < C; ++c) {
+      float acc = src[wlo * C + c];
+      for (int64_t w = wlo + 1; w < whi; ++w) acc += src[w * C + c];
+      yp[c] = acc / d;
+    }
+  }
+}
+
 // GlobalAveragePool's nChw8c chunks: pixels per work item, and per float partial sum before it is
 // added into the double total (the rounding of the NCHW path's 16 float lanes).
 constexpr int64_t kChunkPixels = 1024, kRunPixels = 64;
@@ -105,6 +153,42 @@ bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C
       }
       if (C == 8) max_pool_row_horizontal<true>(src, yr, C, g);
       else max_pool_row_horizontal<false>(src, yr, C, g);
+    }
+  });
+  return !any_failed.load(std::memory_order_relaxed);
+}
+
+// As max_pool_channels_inner: the window's rows added into a row buffer, then its columns.
+bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, bool count_include_pad) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t kh = g.k[0], sh = g.stride[0], ph = g.pad_begin[0];
+  const double taps = static_cast<double>(C) * static_cast<double>(kh * W + g.k[1] * OW);
+  const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OW * C), taps};
+  std::atomic<bool> any_failed{false};
+  ThreadPool::global().parallel_for(images * OH, cost, [&](int64_t begin, int64_t end, int) {
+    float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W * C, 1))));
+    if (!row) {
+      any_failed.store(true, std::memory_order_relaxed);
+      return;
+    }
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t img = item / OH, oh = item % OH;
+      const int64_t h0 = oh * sh - ph;
+      const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + kh, H);
+      float* yr = y + item * OW * C;
+      if (hlo >= hhi) {
+        std::fill(yr, yr + OW * C, 0.0f);
+        continue;
+      }
+      const float* xi = x + img * H * W * C;
+      const float* src = xi + hlo * W * C;  // one row: read in place
+      if (hhi - hlo > 1) {
+        add_into(src, xi + (hlo + 1) * W * C, row, W * C);
+        for (int64_t h = hlo + 2; h < hhi; ++h) add_into(row, xi + h * W * C, row, W * C);
+        src = row;
+      }
+      const int64_t hpad = std::min(h0 + kh, H + g.pad_end[0]) - h0;
+      average_pool_row_horizontal(src, yr, C, g, hhi - hlo, hpad, count_include_pad);
     }
   });
   return !any_failed.load(std::memory_order_relaxed);

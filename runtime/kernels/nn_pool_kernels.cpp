@@ -2,7 +2,7 @@
 // spatial dims (run as 3-D with trailing unit dims), and the "vectorized" MaxPool / AveragePool
 // (float32 1-D and 2-D without Indices or dilation, everything else on the reference) and
 // GlobalAveragePool (float32).
-// MaxPool and GlobalAveragePool also take kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
+// MaxPool, AveragePool and GlobalAveragePool also take kiln's attribute layout "nhwc" or "nchw8c" (float32 2-D, no Indices; set by
 // builder/passes/conv_channels_last.cpp between FusedConvs): input and output are [N, H, W, C] or
 // [N, C/8, H, W, 8], FusedConv's layouts of the same names (fused_conv_common.h).
 #include <algorithm>
@@ -243,13 +243,18 @@ StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* l
   return with_layout(std::move(ref), attrs, layout);
 }
 
+StatusOr<std::unique_ptr<Kernel>> make_average_pool(AttrReader& attrs, ConvLayout* layout) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kAverage, attrs));
+  return with_layout(std::move(ref), attrs, layout);
+}
+
 // MaxPool and AveragePool over NCHW float32 planes, 1-D and 2-D without dilation (a CNN stem's pool,
 // DenseNet's transitions), in two separable passes per output row: the window's input rows combined
 // elementwise into a row buffer (contiguous, so it vectorizes), then the strided horizontal
 // combination over that row. Planes run in parallel. The reference's generic 3-D loop (bounds
 // checks per tap, a double per tap for the average) was a tenth of ResNet-18's run time.
 // AveragePool's divisor is the reference's: the taps inside the input, or with count_include_pad
-// those inside the padded input. MaxPool with attribute layout nhwc / nchw8c runs the
+// those inside the padded input. MaxPool and AveragePool with attribute layout nhwc / nchw8c run the
 // channels-innermost loops of runtime/kernels/nn_pool_blocked_kernels.cpp.
 template <PoolKind kKind>
 class VectorizedPool final : public Kernel {
@@ -293,7 +298,9 @@ class VectorizedPool final : public Kernel {
       const bool nhwc = layout_ == ConvLayout::kNhwc;
       // nChw8c is NHWC with N*C/8 images of 8 channels.
       const int64_t images = nhwc ? x[0] : x[0] * x[1], C = nhwc ? x[3] : x[4];
-      if (!max_pool_channels_inner(in[0].as<float>(), out[0].as<float>(), images, C, g_)) return row_buffer_error();
+      const bool ok = kMax ? max_pool_channels_inner(in[0].as<float>(), out[0].as<float>(), images, C, g_)
+                           : average_pool_channels_inner(in[0].as<float>(), out[0].as<float>(), images, C, g_, count_include_pad_);
+      if (!ok) return row_buffer_error();
       return Status::Ok();
     }
     const WindowGeom& g = g_;
@@ -380,7 +387,7 @@ StatusOr<std::unique_ptr<Kernel>> make_vectorized_pool(PoolKind kind, AttrReader
   if (kind == PoolKind::kMax) {
     KILN_ASSIGN_OR_RETURN(ref, make_max_pool(attrs, &layout));
   } else {
-    KILN_ASSIGN_OR_RETURN(ref, make_pool(kind, attrs));
+    KILN_ASSIGN_OR_RETURN(ref, make_average_pool(attrs, &layout));
   }
   WindowAttrs w;
   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
@@ -472,8 +479,10 @@ void register_nn_pool_kernels(KernelRegistry& r) {
            return make_max_pool(a, &layout);
          }});
   r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kMax, a); }});
-  r.add({"AveragePool", "reference", 0,
-         [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kAverage, a); }});
+  r.add({"AveragePool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
+           ConvLayout layout;
+           return make_average_pool(a, &layout);
+         }});
   r.add({"AveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kAverage, a); }});
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});
   r.add({"GlobalMaxPool", "reference", 0,

@@ -140,6 +140,88 @@ TEST(ArenaLayout, JoinedInputsAreHostedInTheJoinedOutput) {
   EXPECT_EQ(l.host[2], 3);
 }
 
+TEST(ArenaLayout, PrefixJoinsAreHostedInTheLargestJoin) {
+  // DenseNet's dense block: v2 = Concat(v1), v4 = Concat(v1, v3), v6 = Concat(v1, v3, v5), with
+  // v3 = f(v2), v5 = f(v4). v2 and v4 are prefixes of v6: hosted at its start, and every part sits
+  // at its slice of v6, so no Concat copies. v8 = Concat(v3, v1) is no prefix: it keeps its own.
+  HandPlan h(10);
+  h.step("Relu", {0}, {1})
+      .step("Concat", {1}, {2})
+      .step("Neg", {2}, {3})
+      .step("Concat", {1, 3}, {4})
+      .step("Abs", {4}, {5})
+      .step("Concat", {1, 3, 5}, {6})
+      .step("Relu", {6}, {7})
+      .step("Concat", {3, 1}, {8})
+      .step("Add", {7, 8}, {9});
+  for (size_t s : {1, 3, 5, 7}) h.plan.steps[s].attrs["axis"] = Attribute::Int(1);
+  h.plan.inputs = {0};
+  h.plan.outputs = {9};
+  const PlanMemory m = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  std::vector<TensorDesc> d = descs(h.plan, Shape{1, 16, 4});  // 256 bytes a part
+  d[4].shape = Shape{1, 32, 4};
+  d[5].shape = Shape{1, 16, 4};
+  d[6].shape = Shape{1, 48, 4};
+  d[7].shape = Shape{1, 48, 4};
+  d[8].shape = Shape{1, 32, 4};
+  d[9].shape = Shape{1, 48, 4};  // shapes of a hand plan need not add up away from the joins
+  const std::vector<char> bound(10, 0);
+  const ArenaLayout l = layout_arena(h.plan, m, d, bound);
+  EXPECT_EQ(l.host[2], 6);
+  EXPECT_EQ(l.host[4], 6);
+  EXPECT_EQ(l.host[8], -1);
+  const size_t part = 16 * 4 * sizeof(float);
+  EXPECT_EQ(l.offsets[2], l.offsets[6]);
+  EXPECT_EQ(l.offsets[4], l.offsets[6]);
+  EXPECT_EQ(l.offsets[1], l.offsets[6]);
+  EXPECT_EQ(l.offsets[3], l.offsets[6] + part);
+  EXPECT_EQ(l.offsets[5], l.offsets[6] + 2 * part);
+  // v6's buffer is live from v1's write to v8's read of v1 (step 7): v7 cannot take it.
+  EXPECT_FALSE(l.offsets[7] < l.offsets[6] + 3 * part && l.offsets[6] < l.offsets[7] + 3 * part);
+  // A joined output the caller bound hosts no prefix.
+  std::vector<char> bound6(10, 0);
+  bound6[6] = 1;
+  EXPECT_EQ(layout_arena(h.plan, m, d, bound6).host[4], -1);
+}
+
+// The same chain run: the Concats' outputs match a copy of their parts.
+TEST(ExecutionContextViews, PrefixConcatsComputeTheirParts) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{1}, int64_t{2}, int64_t{3}});
+  auto cat = [&](const std::vector<std::string>& in, const std::string& out) {
+    OnnxModelBuilder::int_attr(b.node("Concat", in, {out}), "axis", 1);
+  };
+  b.node("Relu", {"x"}, {"a"});
+  cat({"a"}, "c1");
+  b.node("Neg", {"c1"}, {"y1"});
+  cat({"a", "y1"}, "c2");
+  b.node("Abs", {"c2"}, {"y2"});
+  cat({"a", "y1", "y2"}, "c3");
+  b.node("Neg", {"c3"}, {"y"});
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto plan = build_plan(*g, BuildOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  const Tensor x = Tensor::from_vector<float>({-1, 2, -3, 4, -5, 6}, Shape{1, 2, 3});
+  for (int run = 0; run < 2; ++run) {  // the first run is unplanned, the second in the arena
+    ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+    ASSERT_TRUE((*ctx)->run().ok());
+    const TensorView& y = (*ctx)->output(0);
+    ASSERT_EQ(y.shape, (Shape{1, 8, 3}));
+    // a = relu(x); y1 = -a; y2 = |[a, y1]|; y = -[a, y1, y2]
+    const float a[6] = {0, 2, 0, 4, 0, 6};
+    std::vector<float> want;
+    for (float v : a) want.push_back(-v);
+    for (float v : a) want.push_back(v);
+    for (float v : a) want.push_back(-v);
+    for (float v : a) want.push_back(-v);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(y.as<float>()[i], want[i] == 0 ? 0.0f : want[i]) << "run " << run << " element " << i;
+  }
+}
+
 // A Slice may be a view; a reversed or strided one never is, even when it keeps every dim whole.
 TEST(ExecutionContextViews, ReversedSliceCopies) {
   OnnxModelBuilder b;

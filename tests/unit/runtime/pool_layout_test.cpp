@@ -1,5 +1,5 @@
 // The kernels of the steps builder/passes/conv_channels_last.cpp keeps in the channels-innermost
-// layouts between FusedConvs: MaxPool and GlobalAveragePool with attribute layout nchw8c / nhwc
+// layouts between FusedConvs: MaxPool, AveragePool and GlobalAveragePool with attribute layout nchw8c / nhwc
 // (runtime/kernels/nn_pool_blocked_kernels.cpp) against the NCHW reference pools, and a binary op
 // broadcasting an nChw8c channel block over the pixels (squeeze-excitation's gate Mul) against a
 // plain loop, directly and inside kiln::FusedElementwise. Awkward shapes: channels not a multiple
@@ -70,20 +70,22 @@ struct PoolCase {
   int64_t ceil_mode;
 };
 
+const PoolCase kPoolCases[] = {
+    {Shape{1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},  // ResNet stem, parallel
+    {Shape{3, 16, 13, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},    // odd sizes, batch 3
+    {Shape{2, 8, 10, 9}, {2, 3}, {2, 3}, {}, 1},                // ceil mode: windows past the end
+    {Shape{1, 24, 7, 8}, {3, 2}, {1, 2}, {2, 0, 1, 1}, 0},      // asymmetric pads, stride 1 rows
+    {Shape{2, 8, 9, 7}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 0},       // stride 1, same size
+    {Shape{1, 16, 5, 5}, {5, 5}, {1, 1}, {}, 0},                // one window covering everything
+    {Shape{1, 8, 6, 5}, {1, 1}, {2, 2}, {}, 1},                 // 1x1 window: one row, read in place
+    {Shape{2, 32, 15, 17}, {3, 3}, {2, 2}, {0, 0, 2, 2}, 1},    // ceil mode past the padded end
+    {Shape{0, 8, 8, 8}, {2, 2}, {2, 2}, {}, 0},                 // zero batch
+    {Shape{1, 128, 56, 56}, {2, 2}, {2, 2}, {}, 0},             // DenseNet's transition pool
+};
+
 TEST(PoolLayout, MaxPoolMatchesTheNchwReference) {
-  const PoolCase cases[] = {
-      {Shape{1, 64, 112, 112}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},  // ResNet stem, parallel
-      {Shape{3, 16, 13, 11}, {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},    // odd sizes, batch 3
-      {Shape{2, 8, 10, 9}, {2, 3}, {2, 3}, {}, 1},                // ceil mode: windows past the end
-      {Shape{1, 24, 7, 8}, {3, 2}, {1, 2}, {2, 0, 1, 1}, 0},      // asymmetric pads, stride 1 rows
-      {Shape{2, 8, 9, 7}, {3, 3}, {1, 1}, {1, 1, 1, 1}, 0},       // stride 1, same size
-      {Shape{1, 16, 5, 5}, {5, 5}, {1, 1}, {}, 0},                // one window covering everything
-      {Shape{1, 8, 6, 5}, {1, 1}, {2, 2}, {}, 1},                 // 1x1 window: one row, read in place
-      {Shape{2, 32, 15, 17}, {3, 3}, {2, 2}, {0, 0, 2, 2}, 1},    // ceil mode past the padded end
-      {Shape{0, 8, 8, 8}, {2, 2}, {2, 2}, {}, 0},                 // zero batch
-  };
   uint32_t seed = 300;
-  for (const auto& c : cases) {
+  for (const auto& c : kPoolCases) {
     AttrMap attrs{{"kernel_shape", Attribute::Ints(c.kernel)}, {"ceil_mode", Attribute::Int(c.ceil_mode)}};
     if (!c.strides.empty()) attrs["strides"] = Attribute::Ints(c.strides);
     if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
@@ -97,11 +99,33 @@ TEST(PoolLayout, MaxPoolMatchesTheNchwReference) {
   }
 }
 
+// AveragePool adds in the NCHW path's order (the window's rows, then its columns), so the layouts
+// match the reference to rounding; both divisor rules, windows cut by the padding and by ceil mode.
+TEST(PoolLayout, AveragePoolMatchesTheNchwReference) {
+  uint32_t seed = 500;
+  for (const auto& c : kPoolCases) {
+    for (int64_t include_pad : {0, 1}) {
+      AttrMap attrs{{"kernel_shape", Attribute::Ints(c.kernel)},
+                    {"ceil_mode", Attribute::Int(c.ceil_mode)},
+                    {"count_include_pad", Attribute::Int(include_pad)}};
+      if (!c.strides.empty()) attrs["strides"] = Attribute::Ints(c.strides);
+      if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
+      const Tensor x = random_f32(c.x, seed++);
+      const std::string what = c.x.str() + " count_include_pad " + std::to_string(include_pad);
+      for (const char* layout : {"nchw8c", "nhwc"}) expect_layout_matches_reference("AveragePool", attrs, x, layout, 1e-6, what);
+      for (int64_t C : {1, 5, 12, 19}) {
+        const Tensor xc = random_f32(Shape{c.x[0], C, c.x[2], c.x[3]}, seed++);
+        expect_layout_matches_reference("AveragePool", attrs, xc, "nhwc", 1e-6, xc.shape().str() + " " + what);
+      }
+    }
+  }
+}
+
 // nChw8c holds whole blocks of 8 channels: any other channel count is an error, not a wrong answer.
 TEST(PoolLayout, Nchw8cNeedsWholeChannelBlocks) {
-  for (const char* op : {"MaxPool", "GlobalAveragePool"}) {
+  for (const char* op : {"MaxPool", "AveragePool", "GlobalAveragePool"}) {
     AttrMap attrs{{"layout", Attribute::String("nchw8c")}};
-    if (std::string(op) == "MaxPool") attrs["kernel_shape"] = Attribute::Ints({2, 2});
+    if (std::string(op) != "GlobalAveragePool") attrs["kernel_shape"] = Attribute::Ints({2, 2});
     auto k = make_kernel(op, attrs, 1, "vectorized");
     ASSERT_TRUE(k);
     const Tensor x = random_f32(Shape{1, 2, 4, 4, 5}, 1);
