@@ -54,7 +54,7 @@ bool activation_op(ConvAct act, vec::Unary* op) {
   return false;
 }
 
-// oneDNN generates its SGEMM kernels on the process's first call (~14 ms here): done at prepare
+// oneDNN generates its SGEMM kernels on the process's first call (milliseconds): done at prepare
 // time, once, so no run pays it and tactic selection does not take it for the impl's speed.
 void warm_up_sgemm() {
   static std::once_flag once;
