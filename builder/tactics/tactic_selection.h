@@ -1,6 +1,6 @@
 // Tactic selection: where an op has more than one kernel implementation (MatMul, Gemm and Conv have
-// "onednn" and "reference", FusedConv also "onednn_winograd", "im2col_panel" and "winograd_f4x3",
-// MatMul and FusedMatMul also "panel"), engine-build times each candidate on
+// "onednn" and "reference", FusedConv also "onednn_winograd", "im2col_panel", "winograd_f4x3" and
+// "nchw_direct", MatMul and FusedMatMul also "panel"), engine-build times each candidate on
 // the step's own shapes at the profile's opt point and records the fastest as the step's impl in
 // the engine. A candidate that cannot run the step as itself (prepare fails with Unimplemented, or
 // it falls back to another kernel) is reported unavailable and never chosen. Where the runner-up

@@ -1,6 +1,7 @@
-// What kiln's own FusedConv impls built on the panel GEMM (im2col_conv_kernels.cpp,
-// winograd_conv_kernels.cpp) share: a pixel's channels copied in and out of any FusedConv layout,
-// the 2-D view of a 1-D or 2-D window, the vector form of the fused activation, and their factory.
+// What kiln's own FusedConv impls (im2col_conv_kernels.cpp and winograd_conv_kernels.cpp on the
+// panel GEMM, nchw_conv_kernels.cpp) share: a pixel's channels copied in and out of any FusedConv
+// layout, the 2-D view of a 1-D or 2-D window, the vector form of the fused activation, and the
+// panel impls' factory.
 #pragma once
 
 #include <cstdint>

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernels/conv_pixel_io.h"
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/vec_kernels.h"
@@ -39,20 +40,6 @@
 namespace kiln {
 
 namespace {
-
-bool activation_op(ConvAct act, vec::Unary* op) {
-  switch (act) {
-    case ConvAct::kNone: return false;
-    case ConvAct::kRelu: *op = vec::Unary::kRelu; return true;
-    case ConvAct::kSilu: *op = vec::Unary::kSilu; return true;
-    case ConvAct::kSigmoid: *op = vec::Unary::kSigmoid; return true;
-    case ConvAct::kHardSwish: *op = vec::Unary::kHardSwish; return true;
-    case ConvAct::kClip: *op = vec::Unary::kClip; return true;
-    case ConvAct::kGeluErf: *op = vec::Unary::kGeluErf; return true;
-    case ConvAct::kGeluTanh: *op = vec::Unary::kGeluTanh; return true;
-  }
-  return false;
-}
 
 // oneDNN generates its SGEMM kernels on the process's first call (milliseconds): done at prepare
 // time, once, so no run pays it and tactic selection does not take it for the impl's speed.
@@ -125,7 +112,7 @@ class NchwConvKernel final : public Kernel {
     const bool depthwise = group_ == channels_ && out_channels_ == channels_ && ws[1] == 1;
     if (!pointwise && !depthwise) return ref_->prepare(in, out);
     mode_ = pointwise ? Mode::kPointwise : Mode::kDepthwise;
-    has_act_ = activation_op(spec_.act, &act_op_);
+    has_act_ = vec_activation(spec_.act, &act_op_);
     if (pointwise) warm_up_sgemm();
     else plan_depthwise();
     return Status::Ok();

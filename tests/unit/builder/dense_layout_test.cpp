@@ -17,6 +17,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
 #include "unit/runtime/kernel_test_util.h"
+#include "unit/builder/graph_test_util.h"
 
 namespace kiln {
 namespace {
@@ -133,11 +134,7 @@ const Node* producer(const Graph& g, const std::string& value) {
   return nullptr;
 }
 
-int count_op(const Graph& g, const std::string& op) {
-  int k = 0;
-  for (const auto& n : g.nodes) k += !n.removed && n.op_type == op;
-  return k;
-}
+using testing::count_op;
 
 std::string attr_or(const Node* n, const char* name, const std::string& def) {
   if (!n) return "<no producer>";
@@ -193,11 +190,11 @@ TEST(DenseLayout, EachPassOnAndOffMatchesTheUnfusedGraph) {
   auto g = dense_model().import();
   ASSERT_TRUE(g.ok()) << g.status().message();
   const Tensor x = random_f32(Shape{2, 3, 13, 11}, 11);
-  const Built ref = build_and_run(*g, {"conv_epilogue_fusion", "elementwise_fusion", "batchnorm_folding", "identity_elimination"}, "", x);
+  const Built ref = build_and_run(*g, {"conv_epilogue_fusion", "elementwise_fusion", "batchnorm_folding", "noop_elimination"}, "", x);
   ASSERT_EQ(ref.y.size(), 10u);
   for (const char* layout : {"nchw8c", "nhwc"})
     for (const char* off :
-         {"", "conv_channels_last", "elementwise_fusion", "batchnorm_folding", "identity_elimination", "pool_before_pointwise_conv"}) {
+         {"", "conv_channels_last", "elementwise_fusion", "batchnorm_folding", "noop_elimination", "pool_before_pointwise_conv"}) {
       std::set<std::string> disabled;
       if (*off) disabled.insert(off);
       const Built on = build_and_run(*g, disabled, layout, x);
@@ -207,7 +204,7 @@ TEST(DenseLayout, EachPassOnAndOffMatchesTheUnfusedGraph) {
     }
 }
 
-// A Pad by zeros is dropped as an identity; a Pad by anything else, or of unknown pads, stays.
+// A Pad by zeros is dropped (noop_elimination); a Pad by anything else stays.
 TEST(DenseLayout, OnlyZeroPadsAreIdentities) {
   for (const std::vector<int64_t>& pads : {std::vector<int64_t>{0, 0, 0, 0}, std::vector<int64_t>{0, 1, 0, 0}}) {
     OnnxModelBuilder b;
@@ -219,7 +216,7 @@ TEST(DenseLayout, OnlyZeroPadsAreIdentities) {
     auto g = b.import();
     ASSERT_TRUE(g.ok());
     PassContext ctx;
-    ASSERT_TRUE(identity_elimination(*g, ctx).ok());
+    ASSERT_TRUE(noop_elimination(*g, ctx).ok());
     g->compact();
     EXPECT_EQ(count_op(*g, "Pad"), pads[1] == 0 ? 0 : 1);
   }
