@@ -28,6 +28,9 @@ class OpenmpRegionScope {
   ~OpenmpRegionScope();
   OpenmpRegionScope(const OpenmpRegionScope&) = delete;
   OpenmpRegionScope& operator=(const OpenmpRegionScope&) = delete;
+  // Whether the region runs on the calling thread alone (oneDNN kernels then run their one-thread
+  // primitive: a primitive keeps the thread count it was made with).
+  bool solo() const { return restore_ > 0; }
 
  private:
   int restore_ = 0;  // the team size to put back, 0 when unchanged

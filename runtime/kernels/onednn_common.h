@@ -32,13 +32,16 @@ class OnednnExec {
  public:
   void reset() {
     prim_ = dnnl::primitive();
+    solo_prim_ = dnnl::primitive();
     mems_.clear();
     args_.clear();
     scratch_slot_ = -1;
     scratch_bytes_ = 0;
   }
   // `pd` must have been created with scratchpad_mode::user. Grows this thread's scratchpad to the
-  // primitive's need (so runs on this thread allocate nothing).
+  // primitive's need (so runs on this thread allocate nothing). Also makes the same primitive for a
+  // team of one where oneDNN gives one with the same implementation and memory formats: execute()
+  // runs that one while the OpenMP team is late (runtime/openmp_team.h).
   void init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim);
   // Declares an argument; returns its slot for bind().
   int add_arg(int arg, const dnnl::memory::desc& md);
@@ -47,7 +50,7 @@ class OnednnExec {
   bool ready() const { return static_cast<bool>(prim_); }
 
  private:
-  dnnl::primitive prim_;
+  dnnl::primitive prim_, solo_prim_;  // for the full OpenMP team, and for the calling thread alone
   std::vector<dnnl::memory> mems_;
   std::vector<dnnl_exec_arg_t> args_;
   int scratch_slot_ = -1;  // bound to the executing thread's scratchpad before each execution

@@ -1,7 +1,11 @@
 // oneDNN-backed MatMul, Gemm (onednn_matmul_kernels.cpp) and Conv (onednn_conv_kernels.cpp), plus
 // the shared primitive runner.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 
 #include "runtime/kernels/families.h"
 #include "runtime/cpu_features.h"
@@ -37,11 +41,63 @@ const dnnl::engine& onednn_engine() {
 
 void* onednn_thread_scratchpad(size_t bytes) { return thread_scratch(ScratchSlot::kOnednnScratchpad, bytes); }
 
+namespace {
+
+// The primitive of `pd` made for a team of one thread, or an empty one where oneDNN picks another
+// implementation or other memory formats for one thread (its buffers are bound for `pd`'s).
+// Reorders are left alone: they split their work at run time.
+//
+// Why: oneDNN fixes a primitive's thread count when it is made and then opens regions of that
+// many threads whatever the caller's OpenMP team is (gdb on GOMP_parallel: num_threads 2 inside
+// an omp_set_num_threads(1) scope). So runtime/openmp_team.h's shrunken team never reached
+// oneDNN, and beside a busy loop on the other core every region waited for the spinning OpenMP
+// worker: mobilenet_v3_small p50 16-19 ms, against 2.4 ms on one thread.
+dnnl::primitive solo_primitive(const dnnl::primitive_desc_base& pd, size_t* scratch_bytes) {
+  const int threads = omp_get_max_threads();
+  const_dnnl_op_desc_t op = nullptr;
+  const_dnnl_primitive_attr_t attr = nullptr;
+  if (threads <= 1 || pd.get_kind() == dnnl::primitive::kind::reorder ||
+      dnnl_primitive_desc_query(pd.get(), dnnl_query_op_d, 0, &op) != dnnl_success || !op ||
+      dnnl_primitive_desc_get_attr(pd.get(), &attr) != dnnl_success)
+    return {};
+  dnnl_primitive_desc_t solo = nullptr;
+  omp_set_num_threads(1);
+  const dnnl_status_t st = dnnl_primitive_desc_create(&solo, op, attr, onednn_engine().get(), nullptr);
+  omp_set_num_threads(threads);
+  if (st != dnnl_success) return {};
+  const dnnl::primitive_desc_base solo_pd(solo);  // owns it
+  if (std::string(solo_pd.impl_info_str()) != pd.impl_info_str()) return {};
+  for (int arg : {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST})
+    if (solo_pd.query_md(dnnl::query::exec_arg_md, arg) != pd.query_md(dnnl::query::exec_arg_md, arg)) return {};
+  *scratch_bytes = solo_pd.scratchpad_desc().get_size();
+  // oneDNN's primitive cache keys a primitive by descriptor and attributes, not by the thread count
+  // it was made for, and would hand back the team's primitive: this one is made with the cache
+  // off (which empties it; the kernels hold their primitives, so only later lookups miss).
+  static std::mutex cache_mutex;
+  const std::lock_guard<std::mutex> lock(cache_mutex);
+  const int capacity = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+  omp_set_num_threads(1);
+  dnnl::primitive solo_prim;
+  try {
+    solo_prim = dnnl::primitive(solo_pd.get());
+  } catch (const dnnl::error&) {
+    solo_prim = dnnl::primitive();
+  }
+  omp_set_num_threads(threads);
+  dnnl::set_primitive_cache_capacity(capacity);
+  return solo_prim;
+}
+
+}  // namespace
+
 void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) {
   prim_ = std::move(prim);
+  size_t solo_scratch = 0;
+  solo_prim_ = solo_primitive(pd, &solo_scratch);
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
   scratch_slot_ = -1;
-  scratch_bytes_ = scratch_md.get_size();
+  scratch_bytes_ = std::max(scratch_md.get_size(), solo_scratch);
   if (scratch_bytes_ > 0) {
     scratch_slot_ = add_arg(DNNL_ARG_SCRATCHPAD, scratch_md);
     onednn_thread_scratchpad(scratch_bytes_);
@@ -62,7 +118,8 @@ Status OnednnExec::execute(const dnnl::stream& s) const {
     mems_[scratch_slot_].set_data_handle(scratch);
   }
   const OpenmpRegionScope team;  // one thread while another process holds the second core
-  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(args_.size()), args_.data());
+  const dnnl::primitive& p = team.solo() && solo_prim_ ? solo_prim_ : prim_;
+  dnnl_status_t st = dnnl_primitive_execute(p.get(), s.get(), static_cast<int>(args_.size()), args_.data());
   if (st == dnnl_success) st = dnnl_stream_wait(s.get());
   if (st != dnnl_success) return Internal("oneDNN primitive execution failed with status " + std::to_string(st));
   return Status::Ok();
