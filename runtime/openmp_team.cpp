@@ -38,11 +38,20 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+const char* team_mode() {
+  const char* env = std::getenv("KILN_OPENMP_TEAM");
+  return env ? env : "";
+}
+
 bool adaptive() {
-  static const bool on = [] {
-    const char* env = std::getenv("KILN_OPENMP_TEAM");
-    return !(env && std::string(env) == "fixed");
-  }();
+  static const bool on = std::string(team_mode()) != "fixed";
+  return on;
+}
+
+// KILN_OPENMP_TEAM=solo: every region as if the team were late (tests run the one-thread oneDNN
+// primitives that way).
+bool always_solo() {
+  static const bool on = std::string(team_mode()) == "solo";
   return on;
 }
 
@@ -109,7 +118,7 @@ bool team_on_time(int threads) {
 OpenmpRegionScope::OpenmpRegionScope() {
   if (!adaptive() || omp_in_parallel()) return;
   const int threads = omp_get_max_threads();
-  if (threads <= 1 || team_on_time(threads)) return;
+  if (threads <= 1 || (!always_solo() && team_on_time(threads))) return;
   g_solo_regions.fetch_add(1, std::memory_order_relaxed);
   omp_set_num_threads(1);
   restore_ = threads;

@@ -11,7 +11,8 @@
 // calling thread alone (backing off from 1 to 64 ms between probes, as the pool benches a late
 // worker). On an idle machine the probe costs one short region per interval.
 //
-// KILN_OPENMP_TEAM=fixed keeps OpenMP's own team size (for A/B measurements in one binary).
+// KILN_OPENMP_TEAM=fixed keeps OpenMP's own team size (for A/B measurements in one binary);
+// KILN_OPENMP_TEAM=solo runs every region on the calling thread (tests of the one-thread path).
 #pragma once
 
 #include <cstdint>
