@@ -99,7 +99,10 @@ void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim)
   scratch_slot_ = -1;
   scratch_bytes_ = std::max(scratch_md.get_size(), solo_scratch);
   if (scratch_bytes_ > 0) {
-    scratch_slot_ = add_arg(DNNL_ARG_SCRATCHPAD, scratch_md);
+    // Bytes enough for either primitive (their scratchpads are plain byte buffers).
+    const dnnl::memory::desc bytes_md({static_cast<dnnl::memory::dim>(scratch_bytes_)}, dnnl::memory::data_type::u8,
+                                      dnnl::memory::format_tag::x);
+    scratch_slot_ = add_arg(DNNL_ARG_SCRATCHPAD, scratch_bytes_ > scratch_md.get_size() ? bytes_md : scratch_md);
     onednn_thread_scratchpad(scratch_bytes_);
   }
 }
