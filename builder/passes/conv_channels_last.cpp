@@ -25,9 +25,9 @@
 // gives its channel count (FusedConv's kernels need it) and the convolution reorders it as before.
 // In the torchvision zoo such values are 1x1 squeeze-excitation tensors, where a reorder is a few
 // dozen floats, and ShuffleNet-V2's 58- and 116-channel branches, whose 1x1 convolutions run in
-// NCHW on FusedConv's "nchw_direct" impl (runtime/kernels/nchw_conv_kernels.cpp). The layout is recorded in the attributes, so an engine built on one CPU
-// runs unchanged on another: the kernels reorder where the recorded layout is not the one their
-// primitive computes in.
+// NCHW on FusedConv's "nchw_direct" impl (runtime/kernels/nchw_conv_kernels.cpp). The layout is
+// recorded in the attributes, so an engine built on one CPU runs unchanged on another: the kernels
+// reorder where the recorded layout is not the one their primitive computes in.
 #include <algorithm>
 #include <cstring>
 #include <map>

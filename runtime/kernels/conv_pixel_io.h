@@ -1,7 +1,7 @@
 // What kiln's own FusedConv impls (im2col_conv_kernels.cpp and winograd_conv_kernels.cpp on the
 // panel GEMM, nchw_conv_kernels.cpp) share: a pixel's channels copied in and out of any FusedConv
-// layout, the 2-D view of a 1-D or 2-D window, the vector form of the fused activation, and the
-// panel impls' factory.
+// layout, the 2-D view of a 1-D or 2-D window, the vector form of the fused activation, and their
+// registry factory.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,34 @@
 #include "runtime/kernels/vec_kernels.h"
 
 namespace kiln {
+
+// Where element (n, c, h, w) of a 2-D tensor [N, C, H, W] stored in a FusedConv layout sits, as
+// strides: NCHW spreads a pixel's channels H * W apart, NHWC keeps them adjacent, and nChw8c /
+// nChw16c keep them adjacent within a block of 8 / 16 (whose C is a multiple of the block).
+struct ConvAddressing {
+  int64_t n_stride = 0, h_stride = 0, w_stride = 0;
+  int64_t block = 0, block_stride = 0;  // nChw8c / nChw16c
+  int64_t spread = 1;                   // between a pixel's channels: H * W in NCHW, else 1
+
+  static ConvAddressing of(ConvLayout layout, int64_t C, int64_t H, int64_t W) {
+    ConvAddressing r;
+    r.n_stride = C * H * W;
+    switch (layout) {
+      case ConvLayout::kNhwc: r.h_stride = W * C, r.w_stride = C; break;
+      case ConvLayout::kNchw: r.h_stride = W, r.w_stride = 1, r.spread = H * W; break;
+      case ConvLayout::kNchw8c:
+      case ConvLayout::kNchw16c:
+        r.block = conv_channel_block(layout);
+        r.h_stride = W * r.block, r.w_stride = r.block, r.block_stride = H * W * r.block;
+        break;
+    }
+    return r;
+  }
+  int64_t offset(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    const int64_t ch = block ? c / block * block_stride + c % block : c * spread;
+    return n * n_stride + ch + h * h_stride + w * w_stride;
+  }
+};
 
 // One pixel's C channels of a 2-D tensor [N, C, H, W] stored in `layout`, copied to or from a
 // contiguous run of C floats.
@@ -31,22 +59,16 @@ struct PixelIo {
       if constexpr (kToTensor) std::memcpy(t, p, sizeof(float) * static_cast<size_t>(count));
       else std::memcpy(p, t, sizeof(float) * static_cast<size_t>(count));
     };
-    switch (layout) {
-      case ConvLayout::kNhwc: run(tensor + ((n * H + h) * W + w) * C, pixel, C); return;
-      case ConvLayout::kNchw: {
-        float* t = tensor + (n * C * H + h) * W + w;
-        for (int64_t c = 0; c < C; ++c) {
-          if constexpr (kToTensor) t[c * H * W] = pixel[c];
-          else pixel[c] = t[c * H * W];
-        }
-        return;
-      }
-      case ConvLayout::kNchw8c:
-      case ConvLayout::kNchw16c: {
-        const int64_t block = conv_channel_block(layout), blocks = C / block;
-        float* t = tensor + ((n * blocks * H + h) * W + w) * block;
-        for (int64_t b = 0; b < blocks; ++b) run(t + b * H * W * block, pixel + b * block, block);
-        return;
+    const ConvAddressing a = ConvAddressing::of(layout, C, H, W);
+    float* t = tensor + a.offset(n, 0, h, w);
+    if (a.block) {
+      for (int64_t b = 0; b < C / a.block; ++b) run(t + b * a.block_stride, pixel + b * a.block, a.block);
+    } else if (a.spread == 1) {
+      run(t, pixel, C);
+    } else {
+      for (int64_t c = 0; c < C; ++c) {
+        if constexpr (kToTensor) t[c * a.spread] = pixel[c];
+        else pixel[c] = t[c * a.spread];
       }
     }
   }
@@ -87,10 +109,10 @@ inline bool vec_activation(ConvAct act, vec::Unary* op) {
   return false;
 }
 
-// The registry factory of such an impl: K(reference FusedConv, window attributes, group, spec). The
-// reference infers shapes and runs what K does not cover.
+// The registry factory of kiln's own FusedConv impls: K(reference FusedConv, window attributes,
+// group, spec). The reference infers shapes and runs what K does not cover.
 template <typename K>
-StatusOr<std::unique_ptr<Kernel>> make_panel_conv(const KernelArgs& args, AttrReader& attrs) {
+StatusOr<std::unique_ptr<Kernel>> make_kiln_fused_conv(const KernelArgs& args, AttrReader& attrs) {
   FusedSpec spec;
   KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
   WindowAttrs w;

@@ -195,7 +195,7 @@ void register_im2col_conv_kernels(KernelRegistry& r) {
   // Below "onednn" (10) and oneDNN's Winograd (8), above winograd_f4x3 (6): tactic selection picks
   // it where it times faster.
   r.add_kiln_op({"FusedConv", "im2col_panel", 7,
-                 make_panel_conv<Im2colConvKernel>,
+                 make_kiln_fused_conv<Im2colConvKernel>,
                  // AVX2 + FMA, the engine baseline: panel_gemm::run picks AVX-512 where the loading CPU has it.
                  0});
 }

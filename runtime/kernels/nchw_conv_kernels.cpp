@@ -295,14 +295,7 @@ void register_nchw_conv_kernels(KernelRegistry& r) {
   // Below "onednn" (10), Winograd (8) and "im2col_panel" (7): tactic selection picks it where it
   // times faster.
   r.add_kiln_op({"FusedConv", "nchw_direct", 6,
-                 [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
-                   FusedSpec spec;
-                   KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
-                   WindowAttrs w;
-                   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-                   KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-                   return std::unique_ptr<Kernel>(std::make_unique<NchwConvKernel>(std::move(ref), std::move(w), group, spec));
-                 },
+                 make_kiln_fused_conv<NchwConvKernel>,
                  0});
 }
 

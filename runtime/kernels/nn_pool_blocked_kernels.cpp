@@ -1,4 +1,4 @@
-// The pools over channels-innermost data (runtime/kernels/nn_pool_blocked.h): MaxPool and
+// The pools over channels-innermost data (runtime/kernels/nn_pool_blocked.h): MaxPool, AveragePool and
 // GlobalAveragePool for the layouts builder/passes/conv_channels_last.cpp keeps between FusedConvs,
 // NHWC and nChw8c (NHWC over N*C/8 images of 8 channels, so one AVX2 vector a pixel). The build
 // targets x86-64-v3, so AVX2 is the baseline here; AVX-512 machines use NHWC, whose C-vectors these
@@ -20,23 +20,34 @@ namespace {
 
 constexpr float kLowest = std::numeric_limits<float>::lowest();
 
-// out[i] = max(acc[i], x[i]) with std::max's rule (acc kept when either is NaN), the reference's
-// and the NCHW path's. `out` may be `acc`.
-inline void max_into(const float* acc, const float* x, float* out, int64_t n) {
+// The elementwise steps of the vertical pass. Max keeps std::max's rule (acc kept when either is
+// NaN), the reference's and the NCHW path's.
+struct MaxOp {
+  static __m256 v(__m256 acc, __m256 x) { return _mm256_max_ps(x, acc); }
+  static float s(float acc, float x) { return std::max(acc, x); }
+};
+struct AddOp {
+  static __m256 v(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
+  static float s(float acc, float x) { return acc + x; }
+};
+
+// out[i] = Op(acc[i], x[i]); `out` may be `acc`.
+template <class Op>
+inline void combine_into(const float* acc, const float* x, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    // Four independent vectors: the loads, not the max latency, bound the loop.
-    const __m256 m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(acc + i));
-    const __m256 m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(acc + i + 8));
-    const __m256 m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(acc + i + 16));
-    const __m256 m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(acc + i + 24));
+    // Four independent vectors: the loads, not the op's latency, bound the loop.
+    const __m256 m0 = Op::v(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i));
+    const __m256 m1 = Op::v(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8));
+    const __m256 m2 = Op::v(_mm256_loadu_ps(acc + i + 16), _mm256_loadu_ps(x + i + 16));
+    const __m256 m3 = Op::v(_mm256_loadu_ps(acc + i + 24), _mm256_loadu_ps(x + i + 24));
     _mm256_storeu_ps(out + i, m0);
     _mm256_storeu_ps(out + i + 8, m1);
     _mm256_storeu_ps(out + i + 16, m2);
     _mm256_storeu_ps(out + i + 24, m3);
   }
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(acc + i)));
-  for (; i < n; ++i) out[i] = std::max(acc[i], x[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Op::v(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) out[i] = Op::s(acc[i], x[i]);
 }
 
 // One output row from `src`, the vertical maximum of its window's input rows ([W, C]): each output
@@ -58,26 +69,9 @@ void max_pool_row_horizontal(const float* src, float* dst, int64_t C, const Wind
       _mm256_storeu_ps(yp, acc);
     } else {
       std::copy(src + wlo * C, src + wlo * C + C, yp);
-      for (int64_t w = wlo + 1; w < whi; ++w) max_into(yp, src + w * C, yp, C);
+      for (int64_t w = wlo + 1; w < whi; ++w) combine_into<MaxOp>(yp, src + w * C, yp, C);
     }
   }
-}
-
-// out[i] = acc[i] + x[i]; `out` may be `acc`.
-inline void add_into(const float* acc, const float* x, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256 s0 = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i));
-    const __m256 s1 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8));
-    const __m256 s2 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 16), _mm256_loadu_ps(x + i + 16));
-    const __m256 s3 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 24), _mm256_loadu_ps(x + i + 24));
-    _mm256_storeu_ps(out + i, s0);
-    _mm256_storeu_ps(out + i + 8, s1);
-    _mm256_storeu_ps(out + i + 16, s2);
-    _mm256_storeu_ps(out + i + 24, s3);
-  }
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) out[i] = acc[i] + x[i];
 }
 
 // One output row of AveragePool from `src`, the vertical sum of its window's `rows` input rows
@@ -119,10 +113,15 @@ int64_t blocked8_chunks(int64_t pixels) { return std::max<int64_t>(1, (pixels + 
 
 }  // namespace
 
-// Separable, as the NCHW path: per output row the elementwise maximum of the window's input rows
-// into a row buffer ([W, C], contiguous), then per output pixel the maximum of its window's columns
-// of that buffer. Items are (image, output row) pairs.
-bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g) {
+namespace {
+
+// Separable, as the NCHW path: per output row the window's input rows combined elementwise (Op)
+// into a row buffer ([W, C], contiguous), then `horizontal(src, yr, rows, h0)` combines each
+// output pixel's window columns of that buffer (`rows` input rows from row h0 on, which may be
+// padding). A window of padding rows only gives `empty`. Items are (image, output row) pairs.
+template <class Op, class Horizontal>
+bool pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, float empty,
+                         const Horizontal& horizontal) {
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
   const int64_t kh = g.k[0], sh = g.stride[0], ph = g.pad_begin[0];
   const double taps = static_cast<double>(C) * static_cast<double>(kh * W + g.k[1] * OW);
@@ -141,57 +140,37 @@ bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C
       const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + kh, H);
       float* yr = y + item * OW * C;
       if (hlo >= hhi) {
-        std::fill(yr, yr + OW * C, kLowest);
+        std::fill(yr, yr + OW * C, empty);
         continue;
       }
       const float* xi = x + img * H * W * C;
       const float* src = xi + hlo * W * C;  // one row: read in place
       if (hhi - hlo > 1) {
-        max_into(src, xi + (hlo + 1) * W * C, row, W * C);
-        for (int64_t h = hlo + 2; h < hhi; ++h) max_into(row, xi + h * W * C, row, W * C);
+        combine_into<Op>(src, xi + (hlo + 1) * W * C, row, W * C);
+        for (int64_t h = hlo + 2; h < hhi; ++h) combine_into<Op>(row, xi + h * W * C, row, W * C);
         src = row;
       }
-      if (C == 8) max_pool_row_horizontal<true>(src, yr, C, g);
-      else max_pool_row_horizontal<false>(src, yr, C, g);
+      horizontal(src, yr, hhi - hlo, h0);
     }
   });
   return !any_failed.load(std::memory_order_relaxed);
 }
 
-// As max_pool_channels_inner: the window's rows added into a row buffer, then its columns.
-bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, bool count_include_pad) {
-  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-  const int64_t kh = g.k[0], sh = g.stride[0], ph = g.pad_begin[0];
-  const double taps = static_cast<double>(C) * static_cast<double>(kh * W + g.k[1] * OW);
-  const LoopCost cost{4.0 * taps + 4.0 * static_cast<double>(OW * C), taps};
-  std::atomic<bool> any_failed{false};
-  ThreadPool::global().parallel_for(images * OH, cost, [&](int64_t begin, int64_t end, int) {
-    float* row = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(std::max<int64_t>(W * C, 1))));
-    if (!row) {
-      any_failed.store(true, std::memory_order_relaxed);
-      return;
-    }
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t img = item / OH, oh = item % OH;
-      const int64_t h0 = oh * sh - ph;
-      const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + kh, H);
-      float* yr = y + item * OW * C;
-      if (hlo >= hhi) {
-        std::fill(yr, yr + OW * C, 0.0f);
-        continue;
-      }
-      const float* xi = x + img * H * W * C;
-      const float* src = xi + hlo * W * C;  // one row: read in place
-      if (hhi - hlo > 1) {
-        add_into(src, xi + (hlo + 1) * W * C, row, W * C);
-        for (int64_t h = hlo + 2; h < hhi; ++h) add_into(row, xi + h * W * C, row, W * C);
-        src = row;
-      }
-      const int64_t hpad = std::min(h0 + kh, H + g.pad_end[0]) - h0;
-      average_pool_row_horizontal(src, yr, C, g, hhi - hlo, hpad, count_include_pad);
-    }
+}  // namespace
+
+bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g) {
+  return pool_channels_inner<MaxOp>(x, y, images, C, g, kLowest, [&](const float* src, float* yr, int64_t, int64_t) {
+    if (C == 8) max_pool_row_horizontal<true>(src, yr, C, g);
+    else max_pool_row_horizontal<false>(src, yr, C, g);
   });
-  return !any_failed.load(std::memory_order_relaxed);
+}
+
+bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, bool count_include_pad) {
+  const int64_t kh = g.k[0], H = g.in[0];
+  return pool_channels_inner<AddOp>(x, y, images, C, g, 0.0f, [&](const float* src, float* yr, int64_t rows, int64_t h0) {
+    const int64_t hpad = std::min(h0 + kh, H + g.pad_end[0]) - h0;
+    average_pool_row_horizontal(src, yr, C, g, rows, hpad, count_include_pad);
+  });
 }
 
 int64_t global_average_pool_blocked8_partials(int64_t images, int64_t pixels) { return images * blocked8_chunks(pixels) * 8; }

@@ -238,13 +238,9 @@ StatusOr<std::unique_ptr<Kernel>> with_layout(std::unique_ptr<Kernel> ref, AttrR
   return std::unique_ptr<Kernel>(std::make_unique<LayoutPoolReference>(std::move(ref), *layout));
 }
 
-StatusOr<std::unique_ptr<Kernel>> make_max_pool(AttrReader& attrs, ConvLayout* layout) {
-  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kMax, attrs));
-  return with_layout(std::move(ref), attrs, layout);
-}
-
-StatusOr<std::unique_ptr<Kernel>> make_average_pool(AttrReader& attrs, ConvLayout* layout) {
-  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(PoolKind::kAverage, attrs));
+// The reference MaxPool or AveragePool in attribute layout's layout (written to *layout).
+StatusOr<std::unique_ptr<Kernel>> make_layout_pool(PoolKind kind, AttrReader& attrs, ConvLayout* layout) {
+  KILN_ASSIGN_OR_RETURN(auto ref, make_pool(kind, attrs));
   return with_layout(std::move(ref), attrs, layout);
 }
 
@@ -383,12 +379,7 @@ class VectorizedPool final : public Kernel {
 
 StatusOr<std::unique_ptr<Kernel>> make_vectorized_pool(PoolKind kind, AttrReader& attrs) {
   ConvLayout layout = ConvLayout::kNchw;
-  std::unique_ptr<Kernel> ref;
-  if (kind == PoolKind::kMax) {
-    KILN_ASSIGN_OR_RETURN(ref, make_max_pool(attrs, &layout));
-  } else {
-    KILN_ASSIGN_OR_RETURN(ref, make_average_pool(attrs, &layout));
-  }
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> ref, make_layout_pool(kind, attrs, &layout));
   WindowAttrs w;
   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
   KILN_ASSIGN_OR_RETURN(int64_t ceil_mode, attrs.get_int("ceil_mode", 0));
@@ -476,12 +467,12 @@ StatusOr<std::unique_ptr<Kernel>> make_global_pool(PoolKind kind, AttrReader& at
 void register_nn_pool_kernels(KernelRegistry& r) {
   r.add({"MaxPool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
            ConvLayout layout;
-           return make_max_pool(a, &layout);
+           return make_layout_pool(PoolKind::kMax, a, &layout);
          }});
   r.add({"MaxPool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kMax, a); }});
   r.add({"AveragePool", "reference", 0, [](const KernelArgs&, AttrReader& a) {
            ConvLayout layout;
-           return make_average_pool(a, &layout);
+           return make_layout_pool(PoolKind::kAverage, a, &layout);
          }});
   r.add({"AveragePool", "vectorized", 5, [](const KernelArgs&, AttrReader& a) { return make_vectorized_pool(PoolKind::kAverage, a); }});
   r.add({"LpPool", "reference", 0, [](const KernelArgs&, AttrReader& a) { return make_pool(PoolKind::kLp, a); }});

@@ -84,32 +84,11 @@ inline void weight_1d(const double g[3], double o[6]) {
   o[5] = g[2];
 }
 
-// Where runs of kLanes channels of a pixel sit in a FusedConv tensor [N, C, H, W] stored in
-// `layout`. Runs start at a multiple of kLanes, so in nChw8c/nChw16c (whose C is a multiple of the
-// block) a run never crosses a block; in NCHW its channels are H * W apart, elsewhere adjacent.
-struct ChannelRuns {
-  int64_t n_stride = 0, h_stride = 0, w_stride = 0;
-  int64_t block = 0, block_stride = 0;  // nChw8c / nChw16c
-  int64_t spread = 1;                   // distance between a run's channels
-
-  static ChannelRuns of(ConvLayout layout, int64_t C, int64_t H, int64_t W) {
-    ChannelRuns r;
-    r.n_stride = C * H * W;
-    switch (layout) {
-      case ConvLayout::kNhwc: r.h_stride = W * C, r.w_stride = C; break;
-      case ConvLayout::kNchw: r.h_stride = W, r.w_stride = 1, r.spread = H * W; break;
-      case ConvLayout::kNchw8c:
-      case ConvLayout::kNchw16c:
-        r.block = conv_channel_block(layout);
-        r.h_stride = W * r.block, r.w_stride = r.block, r.block_stride = H * W * r.block;
-        break;
-    }
-    return r;
-  }
-  int64_t offset(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    const int64_t ch = block ? c / block * block_stride + c % block : c * spread;
-    return n * n_stride + ch + h * h_stride + w * w_stride;
-  }
+// Runs of kLanes channels of a pixel (conv_pixel_io.h's addressing) as vectors. Runs start at a
+// multiple of kLanes, so in nChw8c/nChw16c a run never crosses a block; in NCHW its channels are
+// `spread` apart, elsewhere adjacent.
+struct ChannelRuns : ConvAddressing {
+  static ChannelRuns of(ConvLayout layout, int64_t C, int64_t H, int64_t W) { return {ConvAddressing::of(layout, C, H, W)}; }
   V load(const float* p, int64_t lanes) const {
     if (spread == 1) return lanes == kLanes ? sv::loadu(p) : sv::load_partial(p, lanes);
     alignas(32) float g[kLanes] = {};
@@ -389,7 +368,7 @@ void register_winograd_conv_kernels(KernelRegistry& r) {
   // Below "onednn" (10), oneDNN's Winograd (8) and "im2col_panel" (7): tactic selection picks it
   // where it times faster.
   r.add_kiln_op({"FusedConv", "winograd_f4x3", 6,
-                 make_panel_conv<WinogradConvKernel>,
+                 make_kiln_fused_conv<WinogradConvKernel>,
                  // AVX2 + FMA, the engine baseline (the transforms are AVX2; the GEMM uses AVX-512 where present).
                  0});
 }
