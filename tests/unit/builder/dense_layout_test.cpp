@@ -100,32 +100,8 @@ OnnxModelBuilder dense_model() {
   return b;
 }
 
-struct Built {
-  std::vector<float> y;
-  Graph graph;
-};
-
-Built build_and_run(const Graph& g0, const std::set<std::string>& disabled, const std::string& layout, const Tensor& x) {
-  Built out;
-  out.graph = g0;
-  PassContext ctx;
-  ctx.disabled = disabled;
-  ctx.conv_layout = layout;
-  const Status st = run_pass_pipeline(out.graph, ctx);
-  EXPECT_TRUE(st.ok()) << st.message();
-  auto plan = lower_to_plan(out.graph);
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  if (!plan.ok()) return out;
-  auto ec = ExecutionContext::create(*plan);
-  EXPECT_TRUE(ec.ok()) << ec.status().message();
-  if (!ec.ok()) return out;
-  EXPECT_TRUE((*ec)->set_input("x", x.view()).ok());
-  const Status rs = (*ec)->run();
-  EXPECT_TRUE(rs.ok()) << rs.message();
-  const TensorView& y = (*ec)->output(0);
-  out.y.assign(y.as<float>(), y.as<float>() + y.numel());
-  return out;
-}
+using testing::Built;
+using testing::build_and_run;
 
 const Node* producer(const Graph& g, const std::string& value) {
   const int v = g.find_value(value);

@@ -78,7 +78,9 @@ TEST(NoopElimination, KeepsDropoutsAndPadsThatChangeTheirInput) {
   EXPECT_EQ(count_op(*g, "Dropout"), 2);
   EXPECT_EQ(count_op(*g, "Pad"), 1);
   for (const auto& n : g->nodes)
-    if (!n.removed && n.op_type == "Relu") EXPECT_EQ(g->values[n.outputs[0]].name, "d_inference");
+    if (!n.removed && n.op_type == "Relu") {
+      EXPECT_EQ(g->values[n.outputs[0]].name, "d_inference");
+    }
 }
 
 TEST(NoopElimination, SameOutputsWithThePassOnAndOff) {

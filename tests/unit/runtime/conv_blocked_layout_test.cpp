@@ -15,6 +15,7 @@
 #include "runtime/cpu_features.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
+#include "unit/builder/graph_test_util.h"
 #include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
@@ -35,24 +36,8 @@ constexpr Layout kLayouts[] = {{"nchw", 0}, {"nhwc", -1}, {"nchw8c", 8}, {"nchw1
 
 bool fits(const Layout& l, int64_t channels) { return l.block <= 0 || channels % l.block == 0; }
 
-// NCHW [N, C, H, W] into layout `l`, written out here rather than taken from the code under test.
-Tensor to_layout(const Tensor& t, const Layout& l) {
-  const Shape& s = t.shape();
-  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
-  if (l.block == 0) return t;
-  Shape out = l.block < 0 ? Shape{N, H, W, C} : Shape{N, C / l.block, H, W, l.block};
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  const float* src = t.as<float>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t w = 0; w < W; ++w) {
-          const int64_t to = l.block < 0 ? ((n * H + h) * W + w) * C + c
-                                         : (((n * (C / l.block) + c / l.block) * H + h) * W + w) * l.block + c % l.block;
-          v[static_cast<size_t>(to)] = src[((n * C + c) * H + h) * W + w];
-        }
-  return Tensor::from_vector<float>(v, out);
-}
+// NCHW [N, C, H, W] into layout `l`.
+Tensor to_layout(const Tensor& t, const Layout& l) { return testing::to_layout(t, l.name); }
 
 struct ConvCase {
   Shape x, w;
@@ -342,36 +327,8 @@ OnnxModelBuilder inception_model() {
   return b;
 }
 
-struct Built {
-  std::vector<float> y;
-  std::vector<std::string> log;
-  Graph graph;
-};
-
-// The pipeline with `disabled` passes and conv_channels_last's layout `layout` ("" = this machine's),
-// lowered and run on `x`.
-Built build_and_run(const Graph& g0, const std::set<std::string>& disabled, const std::string& layout, const Tensor& x) {
-  Built out;
-  out.graph = g0;
-  PassContext ctx;
-  ctx.disabled = disabled;
-  ctx.conv_layout = layout;
-  const Status st = run_pass_pipeline(out.graph, ctx);
-  EXPECT_TRUE(st.ok()) << st.message();
-  out.log = ctx.log;
-  auto plan = lower_to_plan(out.graph);
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  if (!plan.ok()) return out;
-  auto ec = ExecutionContext::create(*plan);
-  EXPECT_TRUE(ec.ok()) << ec.status().message();
-  if (!ec.ok()) return out;
-  EXPECT_TRUE((*ec)->set_input("x", x.view()).ok());
-  const Status rs = (*ec)->run();
-  EXPECT_TRUE(rs.ok()) << rs.message();
-  const TensorView& y = (*ec)->output(0);
-  out.y.assign(y.as<float>(), y.as<float>() + y.numel());
-  return out;
-}
+using testing::Built;
+using testing::build_and_run;
 
 std::string attr_or(const Node& n, const char* name, const std::string& def) {
   auto it = n.attrs.find(name);

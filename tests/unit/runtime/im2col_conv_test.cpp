@@ -37,44 +37,15 @@ const Case kCases[] = {
     {"1-D, dilation 3", Shape{2, 7, 29}, Shape{11, 7, 4}, {2}, {3, 1}, {3}, true, true},
 };
 
-const char* const kActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
-
 AttrMap attrs_of(const Case& c, const char* act, const char* x_layout, const char* y_layout) {
   AttrMap a{{"strides", Attribute::Ints(c.strides)},
             {"pads", Attribute::Ints(c.pads)},
             {"dilations", Attribute::Ints(c.dilations)},
-            {"activation", Attribute::String(act)},
             {"x_layout", Attribute::String(x_layout)},
             {"residual_layout", Attribute::String(y_layout)},
             {"y_layout", Attribute::String(y_layout)}};
-  if (std::string(act) == "clip") {
-    a["activation_alpha"] = Attribute::Float(-0.5f);
-    a["activation_beta"] = Attribute::Float(0.75f);
-  }
+  testing::set_fused_conv_activation(a, act);
   return a;
-}
-
-// Runs `impl` on the case; the output stays in its layout.
-StatusOr<Tensor> run(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
-  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
-  if (!k) return Internal("no kernel");
-  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
-  *ran = k->impl_name();
-  return std::move(out[0]);
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double atol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel() && bad < 5; ++i) {
-    const double g = got.as<float>()[i], w = want.as<float>()[i];
-    if (!(std::abs(g - w) <= atol + 1e-5 * std::abs(w))) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-      ++bad;
-    }
-  }
 }
 
 TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
@@ -85,11 +56,11 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
     const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
     // The output shape, from a plain reference run.
     std::string ran;
-    auto y0 = run(attrs_of(c, "none", "nchw", "nchw"), {x, w}, "reference", &ran);
+    auto y0 = testing::run_fused_conv(attrs_of(c, "none", "nchw", "nchw"), {x, w}, "reference", &ran);
     ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
     const Tensor res = random_f32(y0->shape(), seed++);
     const double atol = 2e-6 * std::sqrt(static_cast<double>(c.w.numel() / c.w[0]));
-    for (const char* act : kActivations)
+    for (const char* act : testing::kFusedConvActivations)
       for (const char* layout : {"nchw", "nhwc"}) {
         if (!two_d && std::string(layout) == "nhwc") continue;
         const bool nhwc = std::string(layout) == "nhwc";
@@ -97,12 +68,12 @@ TEST(Im2colConv, MatchesTheReferenceAtAwkwardGeometryAndEveryActivation) {
         while (in.back().empty()) in.pop_back();
         const AttrMap attrs = attrs_of(c, act, layout, layout);
         const std::string what = std::string(c.what) + ", " + act + ", " + layout;
-        auto want = run(attrs, in, "reference", &ran);
+        auto want = testing::run_fused_conv(attrs, in, "reference", &ran);
         ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
-        auto got = run(attrs, in, "im2col_panel", &ran);
+        auto got = testing::run_fused_conv(attrs, in, "im2col_panel", &ran);
         ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
         EXPECT_EQ(ran, "im2col_panel") << what;
-        expect_close(*got, *want, atol, what);
+        testing::expect_close(*got, *want, atol, 1e-5, what);
         ++checked;
       }
   }
@@ -124,11 +95,11 @@ TEST(Im2colConv, ABatchLargerThanAChunkRunsInChunks) {
     const std::vector<Tensor> in{nhwc ? to_nhwc(x) : x, w, b, nhwc ? to_nhwc(res) : res};
     const AttrMap attrs = attrs_of(c, "relu", layout, layout);
     std::string ran;
-    auto want = run(attrs, in, "reference", &ran);
-    auto got = run(attrs, in, "im2col_panel", &ran);
+    auto want = testing::run_fused_conv(attrs, in, "reference", &ran);
+    auto got = testing::run_fused_conv(attrs, in, "im2col_panel", &ran);
     ASSERT_TRUE(want.ok() && got.ok()) << layout;
     EXPECT_EQ(ran, "im2col_panel");
-    expect_close(*got, *want, 2e-6 * std::sqrt(147.0), layout);
+    testing::expect_close(*got, *want, 2e-6 * std::sqrt(147.0), 1e-5, layout);
   }
 }
 

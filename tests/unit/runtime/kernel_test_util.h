@@ -38,16 +38,49 @@ inline std::unique_ptr<Kernel> make_kernel(const std::string& op, const AttrMap&
   return k.ok() ? std::move(k.value()) : nullptr;
 }
 
-// float32 [N, C, H, W] -> [N, H, W, C].
-inline Tensor to_nhwc(const Tensor& t) {
+// float32 [N, C, H, W] in FusedConv layout `layout` ("nchw", "nhwc", "nchw8c" or "nchw16c": [N, H,
+// W, C] or [N, C/b, H, W, b]), written out here rather than taken from the code under test.
+inline Tensor to_layout(const Tensor& t, const std::string& layout) {
+  if (layout == "nchw") return t;
   const Shape& s = t.shape();
-  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[2], s[3], s[1]});
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          o.as<float>()[((n * s[2] + h) * s[3] + w) * s[1] + c] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+  const int64_t block = layout == "nchw8c" ? 8 : layout == "nchw16c" ? 16 : 0;
+  Tensor o = Tensor::zeros(DType::kFloat32, block ? Shape{N, C / block, H, W, block} : Shape{N, H, W, C});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w) {
+          const int64_t to = block ? (((n * (C / block) + c / block) * H + h) * W + w) * block + c % block : ((n * H + h) * W + w) * C + c;
+          o.as<float>()[to] = t.as<float>()[((n * C + c) * H + h) * W + w];
+        }
   return o;
+}
+
+// float32 [N, C, H, W] -> [N, H, W, C].
+inline Tensor to_nhwc(const Tensor& t) { return to_layout(t, "nhwc"); }
+
+// Every FusedConv epilogue activation.
+inline constexpr const char* kFusedConvActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
+
+// Sets FusedConv's attribute activation to `act`, with clip's bounds (-0.5, 0.75) for "clip".
+inline void set_fused_conv_activation(AttrMap& a, const char* act) {
+  a["activation"] = Attribute::String(act);
+  if (std::string(act) == "clip") {
+    a["activation_alpha"] = Attribute::Float(-0.5f);
+    a["activation_beta"] = Attribute::Float(0.75f);
+  }
+}
+
+// Runs the FusedConv `impl` on `in` (an empty tensor is an absent input); the output stays in its
+// layout, and *ran is the implementation that ran it.
+inline StatusOr<Tensor> run_fused_conv(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
+  std::vector<TensorView> views;
+  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
+  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
+  if (!k) return Internal("no kernel");
+  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
+  *ran = k->impl_name();
+  return std::move(out[0]);
 }
 
 // |got - want| <= atol + rtol * |want| elementwise (float32, equal shapes); NaN never passes.

@@ -43,26 +43,10 @@ const Case kCases[] = {
     {"depthwise 7x7 stride 2 pad (3, 0, 1, 2)", Shape{2, 3, 17, 23}, Shape{3, 1, 7, 7}, 3, {2, 2}, {3, 0, 1, 2}, true, false},
 };
 
-const char* const kActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
-
 AttrMap attrs_of(const Case& c, const char* act) {
-  AttrMap a{{"strides", Attribute::Ints(c.strides)}, {"pads", Attribute::Ints(c.pads)}, {"group", Attribute::Int(c.group)},
-            {"activation", Attribute::String(act)}};
-  if (std::string(act) == "clip") {
-    a["activation_alpha"] = Attribute::Float(-0.5f);
-    a["activation_beta"] = Attribute::Float(0.75f);
-  }
+  AttrMap a{{"strides", Attribute::Ints(c.strides)}, {"pads", Attribute::Ints(c.pads)}, {"group", Attribute::Int(c.group)}};
+  testing::set_fused_conv_activation(a, act);
   return a;
-}
-
-StatusOr<Tensor> run(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
-  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
-  if (!k) return Internal("no kernel");
-  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
-  *ran = k->impl_name();
-  return std::move(out[0]);
 }
 
 TEST(NchwConv, MatchesTheReferenceAtAwkwardShapesAndEveryActivation) {
@@ -71,18 +55,18 @@ TEST(NchwConv, MatchesTheReferenceAtAwkwardShapesAndEveryActivation) {
   for (const Case& c : kCases) {
     const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
     std::string ran;
-    auto y0 = run(attrs_of(c, "none"), {x, w}, "reference", &ran);
+    auto y0 = testing::run_fused_conv(attrs_of(c, "none"), {x, w}, "reference", &ran);
     ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
     const Tensor res = random_f32(y0->shape(), seed++);
     const double atol = 2e-6 * std::sqrt(static_cast<double>(c.w.numel() / c.w[0]));
-    for (const char* act : kActivations) {
+    for (const char* act : testing::kFusedConvActivations) {
       std::vector<Tensor> in{x, w, c.bias ? b : Tensor(), c.residual ? res : Tensor()};
       while (in.back().empty()) in.pop_back();
       const AttrMap attrs = attrs_of(c, act);
       const std::string what = std::string(c.what) + ", " + act;
-      auto want = run(attrs, in, "reference", &ran);
+      auto want = testing::run_fused_conv(attrs, in, "reference", &ran);
       ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
-      auto got = run(attrs, in, "nchw_direct", &ran);
+      auto got = testing::run_fused_conv(attrs, in, "nchw_direct", &ran);
       ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
       EXPECT_EQ(ran, "nchw_direct") << what;
       testing::expect_close(*got, *want, atol, 1e-5, what);
@@ -115,10 +99,10 @@ TEST(NchwConv, UncoveredCasesRunTheReference) {
   for (const Other& o : others) {
     const Tensor x = random_f32(o.x, seed++), w = random_f32(o.w, seed++);
     std::string ran;
-    auto got = run(o.attrs, {x, w}, "nchw_direct", &ran);
+    auto got = testing::run_fused_conv(o.attrs, {x, w}, "nchw_direct", &ran);
     ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
     EXPECT_EQ(ran, "reference") << o.what;
-    auto want = run(o.attrs, {x, w}, "reference", &ran);
+    auto want = testing::run_fused_conv(o.attrs, {x, w}, "reference", &ran);
     ASSERT_TRUE(want.ok()) << o.what;
     testing::expect_close(*got, *want, 0, 0, o.what);
   }

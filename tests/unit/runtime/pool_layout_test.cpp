@@ -24,35 +24,16 @@ using testing::expect_close;
 using testing::make_kernel;
 using testing::random_f32;
 
-// Element (n, c, h, w) of an NCHW shape `s` in `layout`'s buffer.
-int64_t layout_index(const std::string& layout, const Shape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
-  const int64_t C = s[1], H = s[2], W = s[3];
-  if (layout == "nhwc") return ((n * H + h) * W + w) * C + c;
-  return (((n * (C / 8) + c / 8) * H + h) * W + w) * 8 + c % 8;  // nchw8c
-}
-
-Tensor to_layout(const std::string& layout, const Tensor& t) {
-  const Shape& s = t.shape();
-  const Shape ls = layout == "nhwc" ? Shape{s[0], s[2], s[3], s[1]} : Shape{s[0], s[1] / 8, s[2], s[3], 8};
-  Tensor o = Tensor::zeros(DType::kFloat32, ls);
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          o.as<float>()[layout_index(layout, s, n, c, h, w)] = t.as<float>()[((n * s[1] + c) * s[2] + h) * s[3] + w];
-  return o;
-}
-
 // Runs `op` with `attrs` plus layout on `x` (NCHW) in `layout`, with both implementations, and
 // compares with the NCHW reference's output in that layout.
 void expect_layout_matches_reference(const std::string& op, const AttrMap& attrs, const Tensor& x, const std::string& layout,
                                      double tol, const std::string& what) {
   auto want = run_op_once(op, attrs, {x}, 1, "reference");
   ASSERT_TRUE(want.ok()) << want.status().message();
-  const Tensor want_l = to_layout(layout, (*want)[0]);
+  const Tensor want_l = testing::to_layout((*want)[0], layout);
   AttrMap la = attrs;
   la["layout"] = Attribute::String(layout);
-  const Tensor xl = to_layout(layout, x);
+  const Tensor xl = testing::to_layout(x, layout);
   for (const char* impl : {"vectorized", "reference"}) {
     auto k = make_kernel(op, la, 1, impl);
     ASSERT_TRUE(k);

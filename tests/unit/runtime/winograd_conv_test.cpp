@@ -19,7 +19,6 @@ namespace {
 
 using testing::make_kernel;
 using testing::random_f32;
-using testing::to_nhwc;
 
 struct Case {
   const char* what;
@@ -39,44 +38,13 @@ const Case kCases[] = {
     {"96 -> 104 at 7x6 (the unblocked schedule)", Shape{1, 96, 7, 6}, Shape{104, 96, 3, 3}, {1, 1, 1, 1}, true, true},
 };
 
-const char* const kActivations[] = {"none", "relu", "silu", "sigmoid", "hardswish", "clip", "gelu_erf", "gelu_tanh"};
-
 AttrMap attrs_of(const Case& c, const char* act, const char* layout) {
   AttrMap a{{"pads", Attribute::Ints(c.pads)},
-            {"activation", Attribute::String(act)},
             {"x_layout", Attribute::String(layout)},
             {"residual_layout", Attribute::String(layout)},
             {"y_layout", Attribute::String(layout)}};
-  if (std::string(act) == "clip") {
-    a["activation_alpha"] = Attribute::Float(-0.5f);
-    a["activation_beta"] = Attribute::Float(0.75f);
-  }
+  testing::set_fused_conv_activation(a, act);
   return a;
-}
-
-// float32 [N, C, H, W] -> [N, C/8, H, W, 8].
-Tensor to_nchw8c(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor o = Tensor::zeros(DType::kFloat32, Shape{s[0], s[1] / 8, s[2], s[3], 8});
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t i = 0; i < s[2] * s[3]; ++i)
-        o.as<float>()[((n * (s[1] / 8) + c / 8) * s[2] * s[3] + i) * 8 + c % 8] = t.as<float>()[(n * s[1] + c) * s[2] * s[3] + i];
-  return o;
-}
-
-Tensor in_layout(const Tensor& t, const std::string& layout) {
-  return layout == "nhwc" ? to_nhwc(t) : layout == "nchw8c" ? to_nchw8c(t) : t;
-}
-
-StatusOr<Tensor> run(const AttrMap& attrs, const std::vector<Tensor>& in, const std::string& impl, std::string* ran) {
-  std::vector<TensorView> views;
-  for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
-  auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), impl);
-  if (!k) return Internal("no kernel");
-  KILN_ASSIGN_OR_RETURN(auto out, run_kernel_once(*k, views, 1));
-  *ran = k->impl_name();
-  return std::move(out[0]);
 }
 
 // Errors: Winograd's error grows with the sum's terms (C * 9) and the transforms' constants. The
@@ -91,19 +59,20 @@ TEST(WinogradConv, MatchesTheReferenceAtAwkwardGeometryEveryActivationAndLayout)
   for (const Case& c : kCases) {
     const Tensor x = random_f32(c.x, seed++), w = random_f32(c.w, seed++), b = random_f32(Shape{c.w[0]}, seed++);
     std::string ran;
-    auto y0 = run(attrs_of(c, "none", "nchw"), {x, w}, "reference", &ran);
+    auto y0 = testing::run_fused_conv(attrs_of(c, "none", "nchw"), {x, w}, "reference", &ran);
     ASSERT_TRUE(y0.ok()) << c.what << ": " << y0.status().message();
     const Tensor res = random_f32(y0->shape(), seed++);
-    for (const char* act : kActivations)
+    for (const char* act : testing::kFusedConvActivations)
       for (const std::string layout : {"nchw", "nhwc", "nchw8c"}) {
         if (layout == "nchw8c" && (c.x[1] % 8 != 0 || c.w[0] % 8 != 0)) continue;
-        std::vector<Tensor> in{in_layout(x, layout), w, c.bias ? b : Tensor(), c.residual ? in_layout(res, layout) : Tensor()};
+        std::vector<Tensor> in{testing::to_layout(x, layout), w, c.bias ? b : Tensor(),
+                               c.residual ? testing::to_layout(res, layout) : Tensor()};
         while (in.back().empty()) in.pop_back();
         const AttrMap attrs = attrs_of(c, act, layout.c_str());
         const std::string what = std::string(c.what) + ", " + act + ", " + layout;
-        auto want = run(attrs, in, "reference", &ran);
+        auto want = testing::run_fused_conv(attrs, in, "reference", &ran);
         ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
-        auto got = run(attrs, in, "winograd_f4x3", &ran);
+        auto got = testing::run_fused_conv(attrs, in, "winograd_f4x3", &ran);
         ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
         EXPECT_EQ(ran, "winograd_f4x3") << what;
         testing::expect_close(*got, *want, bound(c), 1e-5, what);
