@@ -2,6 +2,10 @@
 //
 // FusedConv (fused_conv_common.h: act(Conv(X, W, B) + residual), X/residual/Y in NCHW, NHWC,
 // nChw8c or nChw16c) runs as ONE convolution: the residual is a sum post-op and Relu an eltwise post-op.
+// SiLU is the exception: oneDNN's swish post-op evaluates an exponential per value and, on the
+// thin layers of depthwise networks (16 input channels per output), costs several times the
+// convolution itself. kiln applies its own SiLU (runtime/simd/vec_math.inc, a rational sigmoid)
+// over the primitive's output right after it, while that output is still in cache.
 //
 // oneDNN's convolutions are several times faster on NHWC or blocked layouts than on NCHW (AVX-512:
 // NHWC; AVX2: nChw8c), so the primitive picks its own src/dst layouts and the kernel reorders around it where the
@@ -35,6 +39,8 @@
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
+#include "runtime/kernels/vec_kernels.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -44,6 +50,17 @@ using dnnl::memory;
 using tag = memory::format_tag;
 
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
+
+// y = silu(y) over n floats on kiln's pool. SiLU maps 0 to 0, so a blocked layout's zero padding
+// channels stay zero.
+void silu_in_place(float* y, int64_t n) {
+  const vec::UnaryFn silu = vec::unary(vec::Unary::kSilu);
+  constexpr int64_t kChunk = 16384;
+  parallel_for_each((n + kChunk - 1) / kChunk, LoopCost{8.0 * kChunk, 16.0 * kChunk}, [&](int64_t c) {
+    const int64_t b = c * kChunk;
+    silu(y + b, y + b, std::min(kChunk, n - b), {});
+  });
+}
 
 tag layout_tag(ConvLayout l) { return onednn_conv_tag(l); }
 
@@ -96,12 +113,13 @@ class OnednnConvKernel final : public OnednnKernel {
 
     dnnl::post_ops po;
     if (has_res_) po.append_sum(1.0f);
+    kiln_silu_ = fused_ && spec_.act == ConvAct::kSilu;
     // Each activation is one oneDNN eltwise post-op (swish with alpha 1 is x sigmoid(x); hardswish
     // in oneDNN 2.x is x relu6(x + 3) / 6, ONNX's HardSwish).
     switch (spec_.act) {
       case ConvAct::kNone: break;
       case ConvAct::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
-      case ConvAct::kSilu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
+      case ConvAct::kSilu: break;  // kiln's, after the primitive
       case ConvAct::kSigmoid: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
       case ConvAct::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
       case ConvAct::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, spec_.alpha, spec_.beta); break;
@@ -170,6 +188,7 @@ class OnednnConvKernel final : public OnednnKernel {
     res_in_.reset();
     if (dst_md != dst_plain) {
       blocked_dst_ = aligned_alloc_shared(dst_md.get_size());
+      blocked_floats_ = static_cast<int64_t>(dst_md.get_size() / sizeof(float));
       dst_out_slot_ = init_reorder(dst_out_, dst_md, dst_plain, blocked_dst_.get(), nullptr).second;
     }
     // A residual already in the output's layout is copied on this thread: a reorder primitive would
@@ -207,6 +226,9 @@ class OnednnConvKernel final : public OnednnKernel {
     }
     if (has_bias_) conv_.bind(bias_slot_, in[2].data);
     KILN_RETURN_IF_ERROR(conv_.execute(stream_));
+    if (kiln_silu_)
+      silu_in_place(static_cast<float*>(blocked_dst_ ? blocked_dst_.get() : out[0].data),
+                    blocked_dst_ ? blocked_floats_ : out[0].numel());
     if (!blocked_dst_) return Status::Ok();
     dst_out_.bind(dst_out_slot_, out[0].data);
     return dst_out_.execute(stream_);
@@ -263,7 +285,8 @@ class OnednnConvKernel final : public OnednnKernel {
   ConvAlgo algo_;
   bool bf16_, fused_;
   FusedSpec spec_;
-  bool has_bias_ = false, has_res_ = false, copy_res_ = false, widen_ = false;
+  bool has_bias_ = false, has_res_ = false, copy_res_ = false, widen_ = false, kiln_silu_ = false;
+  int64_t blocked_floats_ = 0;
   std::shared_ptr<void> packed_, blocked_dst_;
   OnednnConvert src_convert_, wei_convert_;
   OnednnExec conv_, dst_out_, res_in_;

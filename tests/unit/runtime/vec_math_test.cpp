@@ -95,6 +95,39 @@ TEST(VecMath, MaxUlpErrorOverTheFloatRange) {
     }
 }
 
+// SiLU's documented absolute bound (runtime/simd/vec_math.inc: logistic_activation): every 2039th
+// float bit pattern of both signs, plus a dense grid over [-20, 20] where the rational fit lives.
+TEST(VecMath, SiluAbsoluteErrorBound) {
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 2039) {
+    const float v = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    if (std::isfinite(v)) x.push_back(v);
+  }
+  for (int i = 0; i <= 400000; ++i) x.push_back(-20.0f + 40.0f * static_cast<float>(i) / 400000.0f);
+  for (const vec::Table* t : tables()) {
+    std::vector<float> y(x.size());
+    t->unary[static_cast<int>(Unary::kSilu)](x.data(), y.data(), static_cast<int64_t>(x.size()), {});
+    double worst = 0, at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double xd = x[i], want = xd * sigmoid_ref(xd);
+      const double err = std::fabs(y[i] - want) / std::max(1.0, std::fabs(xd));
+      if (err > worst) worst = err, at = xd;
+    }
+    EXPECT_LE(worst, 2.5e-7) << t->isa << " silu: " << worst << " at x = " << at;
+    std::printf("[abs] %-7s silu       max %.3g / max(1, |x|) (at %.9g)\n", t->isa, worst, at);
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f};
+    float out[7];
+    t->unary[static_cast<int>(Unary::kSilu)](specials, out, 7, {});
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_EQ(out[1], 0.0f);
+    EXPECT_EQ(out[2], INFINITY);
+    EXPECT_TRUE(std::isnan(out[3])) << "-inf * sigmoid(-inf) is -inf * 0";
+    EXPECT_TRUE(std::isnan(out[4]));
+    EXPECT_NEAR(out[5], 0.5e-40f, 1e-44f);
+    EXPECT_NEAR(out[6], -0.5e-40f, 1e-44f);
+  }
+}
+
 // Exact results at the special values, for each function and ISA.
 TEST(VecMath, SpecialValues) {
   const float inf = INFINITY, nan = NAN, den = 1e-40f, tiny = std::numeric_limits<float>::denorm_min();
