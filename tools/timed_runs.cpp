@@ -9,6 +9,8 @@
 
 #include "builder/json_text.h"
 #include "profiles/latency_stats.h"
+#include "runtime/openmp_team.h"
+#include "runtime/thread_pool.h"
 
 namespace kiln {
 
@@ -29,6 +31,8 @@ StatusOr<TimedRuns> time_runs(const std::function<Status()>& run, const TimingOp
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
   };
+  const ThreadPool::Stats pool0 = ThreadPool::global().stats();
+  const OpenmpTeamStats team0 = openmp_team_stats();
   const auto begin = Clock::now();
   for (;;) {
     const double c0 = cpu_now_ms();
@@ -43,6 +47,20 @@ StatusOr<TimedRuns> time_runs(const std::function<Status()>& run, const TimingOp
   const LatencyStats s = compute_latency_stats(t.latency_ms), cpu = compute_latency_stats(t.cpu_ms);
   std::cout << "latency over " << s.iterations << " iterations (after " << options.warmup << " warm-up): " << latency_line(s) << "\n";
   std::cout << "cpu time per run (all threads): " << latency_line(cpu) << "\n";
+  // Where the threads went: a machine whose second core is busy shows late workers and solo
+  // OpenMP regions here (runtime/thread_pool.h, runtime/openmp_team.h).
+  const ThreadPool::Stats pool1 = ThreadPool::global().stats();
+  const OpenmpTeamStats team1 = openmp_team_stats();
+  const double runs = static_cast<double>(t.latency_ms.size());
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "threads per run: kiln pool %.1f regions, %.1f inline loops, %.2f late workers; OpenMP %.2f team probes (%.2f late), "
+                "%.1f solo regions\n",
+                static_cast<double>(pool1.regions - pool0.regions) / runs, static_cast<double>(pool1.inline_loops - pool0.inline_loops) / runs,
+                static_cast<double>(pool1.late_workers - pool0.late_workers) / runs, static_cast<double>(team1.probes - team0.probes) / runs,
+                static_cast<double>(team1.late_probes - team0.late_probes) / runs,
+                static_cast<double>(team1.solo_regions - team0.solo_regions) / runs);
+  std::cout << line;
   if (!options.json.empty()) {
     std::ofstream f(options.json);
     f << "{\"latency_ms\": " << latency_json(s) << ", \"cpu_ms\": " << latency_json(cpu) << ", \"iterations\": " << s.iterations << "}\n";

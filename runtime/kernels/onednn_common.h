@@ -37,12 +37,16 @@ class OnednnExec {
     args_.clear();
     scratch_slot_ = -1;
     scratch_bytes_ = 0;
+    one_thread_ = false;
   }
   // `pd` must have been created with scratchpad_mode::user. Grows this thread's scratchpad to the
   // primitive's need (so runs on this thread allocate nothing). Also makes the same primitive for a
   // team of one where oneDNN gives one with the same implementation and memory formats: execute()
   // runs that one while the OpenMP team is late (runtime/openmp_team.h).
   void init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim);
+  // Only a primitive for one thread (`pd` made while the OpenMP team was 1): execute() then opens
+  // no OpenMP region, so it may run on any thread, e.g. in a chunk of kiln's pool.
+  Status init_one_thread(const dnnl::primitive_desc_base& pd);
   // Declares an argument; returns its slot for bind().
   int add_arg(int arg, const dnnl::memory::desc& md);
   void bind(int slot, const void* data) { mems_[slot].set_data_handle(const_cast<void*>(data)); }
@@ -55,7 +59,18 @@ class OnednnExec {
   std::vector<dnnl_exec_arg_t> args_;
   int scratch_slot_ = -1;  // bound to the executing thread's scratchpad before each execution
   size_t scratch_bytes_ = 0;
+  bool one_thread_ = false;
 };
+
+// `pd`'s primitive made for a team of one thread (with oneDNN's primitive cache off, which keys
+// primitives without their thread count); empty where oneDNN cannot make it.
+dnnl::primitive one_thread_primitive(const dnnl::primitive_desc_base& pd);
+
+// FusedConv's epilogue as oneDNN post-ops: the residual a sum, the activation an eltwise, except
+// SiLU, which kiln applies after the primitive (silu_in_place; see onednn_conv_kernels.cpp).
+dnnl::post_ops fused_conv_post_ops(const FusedSpec& spec, bool residual);
+// y = silu(y) over n floats; on kiln's pool when `parallel`.
+void silu_in_place(float* y, int64_t n, bool parallel);
 
 // This thread's scratchpad of at least `bytes` (64-byte aligned), or nullptr when it cannot grow.
 // Valid until the next call on this thread that asks for more.
@@ -122,6 +137,7 @@ void register_fused_matmul_int8_kernels(KernelRegistry& r);
 void register_fused_conv_int8_kernels(KernelRegistry& r);
 void register_im2col_conv_kernels(KernelRegistry& r);  // im2col_conv_kernels.cpp: FusedConv on the panel GEMM
 void register_winograd_conv_kernels(KernelRegistry& r);  // winograd_conv_kernels.cpp: 3x3 FusedConv by F(4x4, 3x3)
+void register_onednn_split_conv_kernels(KernelRegistry& r);  // onednn_split_conv_kernels.cpp: parts on kiln's pool
 
 // FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.
 StatusOr<std::unique_ptr<Kernel>> make_fused_matmul_reference(const KernelArgs& args, AttrReader& attrs);

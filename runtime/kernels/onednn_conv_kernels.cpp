@@ -51,16 +51,6 @@ using tag = memory::format_tag;
 
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
 
-// y = silu(y) over n floats on kiln's pool. SiLU maps 0 to 0, so a blocked layout's zero padding
-// channels stay zero.
-void silu_in_place(float* y, int64_t n) {
-  const vec::UnaryFn silu = vec::unary(vec::Unary::kSilu);
-  constexpr int64_t kChunk = 16384;
-  parallel_for_each((n + kChunk - 1) / kChunk, LoopCost{8.0 * kChunk, 16.0 * kChunk}, [&](int64_t c) {
-    const int64_t b = c * kChunk;
-    silu(y + b, y + b, std::min(kChunk, n - b), {});
-  });
-}
 
 tag layout_tag(ConvLayout l) { return onednn_conv_tag(l); }
 
@@ -111,21 +101,8 @@ class OnednnConvKernel final : public OnednnKernel {
     has_res_ = fused_ && has_residual(in);
     const memory::desc bias_md = has_bias_ ? memory::desc({M}, f32, tag::x) : memory::desc();
 
-    dnnl::post_ops po;
-    if (has_res_) po.append_sum(1.0f);
     kiln_silu_ = fused_ && spec_.act == ConvAct::kSilu;
-    // Each activation is one oneDNN eltwise post-op (swish with alpha 1 is x sigmoid(x); hardswish
-    // in oneDNN 2.x is x relu6(x + 3) / 6, ONNX's HardSwish).
-    switch (spec_.act) {
-      case ConvAct::kNone: break;
-      case ConvAct::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
-      case ConvAct::kSilu: break;  // kiln's, after the primitive
-      case ConvAct::kSigmoid: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
-      case ConvAct::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
-      case ConvAct::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, spec_.alpha, spec_.beta); break;
-      case ConvAct::kGeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
-      case ConvAct::kGeluTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
-    }
+    const dnnl::post_ops po = fused_conv_post_ops(spec_, has_res_);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     attr.set_post_ops(po);
@@ -228,7 +205,7 @@ class OnednnConvKernel final : public OnednnKernel {
     KILN_RETURN_IF_ERROR(conv_.execute(stream_));
     if (kiln_silu_)
       silu_in_place(static_cast<float*>(blocked_dst_ ? blocked_dst_.get() : out[0].data),
-                    blocked_dst_ ? blocked_floats_ : out[0].numel());
+                    blocked_dst_ ? blocked_floats_ : out[0].numel(), true);
     if (!blocked_dst_) return Status::Ok();
     dst_out_.bind(dst_out_slot_, out[0].data);
     return dst_out_.execute(stream_);
@@ -329,6 +306,38 @@ void register_onednn_conv_kernels(KernelRegistry& r) {
   // avx512_core, i.e. F+BW+DQ+VL: kiln's avx512f bit stands for it, as every AVX-512 CPU outside the
   // discontinued Xeon Phi line has all four).
   r.add_kiln_op({"FusedConv", "onednn_winograd", 8, onednn_factory(ConvAlgo::kWinograd, true), kCpuAvx512f});
+}
+
+dnnl::post_ops fused_conv_post_ops(const FusedSpec& spec, bool residual) {
+  dnnl::post_ops po;
+  if (residual) po.append_sum(1.0f);
+  // Each activation is one oneDNN eltwise post-op (hardswish in oneDNN 2.x is x relu6(x + 3) / 6,
+  // ONNX's HardSwish), SiLU excepted.
+  switch (spec.act) {
+    case ConvAct::kNone: break;
+    case ConvAct::kRelu: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+    case ConvAct::kSilu: break;  // kiln's, after the primitive
+    case ConvAct::kSigmoid: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
+    case ConvAct::kHardSwish: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f); break;
+    case ConvAct::kClip: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, spec.alpha, spec.beta); break;
+    case ConvAct::kGeluErf: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+    case ConvAct::kGeluTanh: po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+  }
+  return po;
+}
+
+// SiLU maps 0 to 0, so a blocked layout's zero padding channels stay zero.
+void silu_in_place(float* y, int64_t n, bool parallel) {
+  const vec::UnaryFn silu = vec::unary(vec::Unary::kSilu);
+  if (!parallel) {
+    silu(y, y, n, {});
+    return;
+  }
+  constexpr int64_t kChunk = 16384;
+  parallel_for_each((n + kChunk - 1) / kChunk, LoopCost{8.0 * kChunk, 16.0 * kChunk}, [&](int64_t c) {
+    const int64_t b = c * kChunk;
+    silu(y + b, y + b, std::min(kChunk, n - b), {});
+  });
 }
 
 dnnl::memory::format_tag onednn_conv_tag(ConvLayout l) {

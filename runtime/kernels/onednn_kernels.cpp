@@ -70,6 +70,12 @@ dnnl::primitive solo_primitive(const dnnl::primitive_desc_base& pd, size_t* scra
   for (int arg : {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST})
     if (solo_pd.query_md(dnnl::query::exec_arg_md, arg) != pd.query_md(dnnl::query::exec_arg_md, arg)) return {};
   *scratch_bytes = solo_pd.scratchpad_desc().get_size();
+  return one_thread_primitive(solo_pd);
+}
+
+}  // namespace
+
+dnnl::primitive one_thread_primitive(const dnnl::primitive_desc_base& pd) {
   // oneDNN's primitive cache keys a primitive by descriptor and attributes, not by the thread count
   // it was made for, and would hand back the team's primitive: this one is made with the cache
   // off (which empties it; the kernels hold their primitives, so only later lookups miss).
@@ -77,22 +83,36 @@ dnnl::primitive solo_primitive(const dnnl::primitive_desc_base& pd, size_t* scra
   const std::lock_guard<std::mutex> lock(cache_mutex);
   const int capacity = dnnl::get_primitive_cache_capacity();
   dnnl::set_primitive_cache_capacity(0);
+  const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  dnnl::primitive solo_prim;
+  dnnl::primitive prim;
   try {
-    solo_prim = dnnl::primitive(solo_pd.get());
+    prim = dnnl::primitive(pd.get());
   } catch (const dnnl::error&) {
-    solo_prim = dnnl::primitive();
+    prim = dnnl::primitive();
   }
   omp_set_num_threads(threads);
   dnnl::set_primitive_cache_capacity(capacity);
-  return solo_prim;
+  return prim;
 }
 
-}  // namespace
+Status OnednnExec::init_one_thread(const dnnl::primitive_desc_base& pd) {
+  prim_ = one_thread_primitive(pd);
+  if (!prim_) return Unimplemented("oneDNN made no one-thread primitive for " + std::string(pd.impl_info_str()));
+  solo_prim_ = dnnl::primitive();
+  one_thread_ = true;
+  scratch_slot_ = -1;
+  scratch_bytes_ = pd.scratchpad_desc().get_size();
+  if (scratch_bytes_ > 0) {
+    scratch_slot_ = add_arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc());
+    onednn_thread_scratchpad(scratch_bytes_);
+  }
+  return Status::Ok();
+}
 
 void OnednnExec::init(const dnnl::primitive_desc_base& pd, dnnl::primitive prim) {
   prim_ = std::move(prim);
+  one_thread_ = false;
   size_t solo_scratch = 0;
   solo_prim_ = solo_primitive(pd, &solo_scratch);
   const dnnl::memory::desc scratch_md = pd.scratchpad_desc();
@@ -120,9 +140,15 @@ Status OnednnExec::execute(const dnnl::stream& s) const {
     if (!scratch) return ResourceExhausted("cannot allocate a " + std::to_string(scratch_bytes_) + "-byte oneDNN scratchpad");
     mems_[scratch_slot_].set_data_handle(scratch);
   }
-  const OpenmpRegionScope team;  // one thread while another process holds the second core
-  const dnnl::primitive& p = team.solo() && solo_prim_ ? solo_prim_ : prim_;
-  dnnl_status_t st = dnnl_primitive_execute(p.get(), s.get(), static_cast<int>(args_.size()), args_.data());
+  dnnl_status_t st;
+  if (one_thread_) {
+    // No OpenMP region at all (this may run on a kiln pool worker, which must not probe a team).
+    st = dnnl_primitive_execute(prim_.get(), s.get(), static_cast<int>(args_.size()), args_.data());
+  } else {
+    const OpenmpRegionScope team;  // one thread while another process holds the second core
+    const dnnl::primitive& p = team.solo() && solo_prim_ ? solo_prim_ : prim_;
+    st = dnnl_primitive_execute(p.get(), s.get(), static_cast<int>(args_.size()), args_.data());
+  }
   if (st == dnnl_success) st = dnnl_stream_wait(s.get());
   if (st != dnnl_success) return Internal("oneDNN primitive execution failed with status " + std::to_string(st));
   return Status::Ok();
@@ -202,6 +228,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   register_fused_conv_int8_kernels(r);
   register_im2col_conv_kernels(r);
   register_winograd_conv_kernels(r);
+  register_onednn_split_conv_kernels(r);
 }
 
 }  // namespace kiln

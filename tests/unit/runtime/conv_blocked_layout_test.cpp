@@ -5,6 +5,7 @@
 // how a plan built on the other CPU looks. The ctest conv_layout_isa_cap runs this file again with
 // KILN_MAX_CPU_ISA=avx2, which makes an AVX-512 machine build and run the AVX2 choice.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -15,6 +16,7 @@
 #include "runtime/cpu_features.h"
 #include "runtime/execution_context.h"
 #include "runtime/kernel_runner.h"
+#include "runtime/thread_pool.h"
 #include "unit/builder/graph_test_util.h"
 #include "unit/runtime/kernel_test_util.h"
 
@@ -99,10 +101,16 @@ TEST(ConvBlockedLayout, FusedConvEveryLayoutMatchesTheNchwReference) {
           for (const auto& t : in) views.push_back(t.view());
           const std::string what = c.x.str() + " * " + c.w.str() + " group " + std::to_string(c.group) + " x " + lx.name + " residual " +
                                    lr.name + " y " + ly.name;
-          for (const char* impl : {"onednn", "im2col_panel", "winograd_f4x3", "reference"}) {
+          // onednn_split: batch 1, every value in one blocked layout, group 1 or depthwise, two blocks or
+          // more of output channels, two threads.
+          const bool split = c.x[0] == 1 && lx.block > 0 && lr.block == lx.block && ly.block == lx.block &&
+                             (c.group == 1 || (c.group == c.x[1] && c.group == c.w[0])) && c.w[0] / lx.block >= 2 &&
+                             ThreadPool::global().max_threads() > 1 && omp_get_max_threads() > 1;
+          for (const char* impl : {"onednn", "im2col_panel", "winograd_f4x3", "onednn_split", "reference"}) {
             // im2col_panel runs group 1 only, winograd_f4x3 3x3 stride-1 group-1 only (the reference otherwise).
             if (c.group != 1 && std::string(impl) == "im2col_panel") continue;
             if ((c.group != 1 || c.stride != 1 || c.w[2] != 3) && std::string(impl) == "winograd_f4x3") continue;
+            if (!split && std::string(impl) == "onednn_split") continue;
             auto k = make_kernel("FusedConv", attrs, 4, impl);
             ASSERT_TRUE(k) << what;
             auto got = run_kernel_once(*k, views, 1);
