@@ -98,7 +98,24 @@ class FusedElementwiseKernel final : public Kernel {
  public:
   FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, bool softmax, int num_inputs,
                          int num_regs)
-      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), softmax_(softmax), ni_(num_inputs), nregs_(num_regs) {}
+      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), softmax_(softmax), ni_(num_inputs), nregs_(num_regs) {
+    // The cost model's flops per element (ThreadPool::serial_ns counts 20 a nanosecond): one per
+    // add, multiply or compare (an 8-lane vector op takes ~0.02 ns an element), a dozen per
+    // exponential-based function (runtime/simd/vec_math.inc: 0.3-0.7 ns an element on AVX2), two
+    // dozen per Pow of a tensor exponent.
+    program_flops_ = 1.0;
+    for (const Instr& i : prog_) {
+      const int op = i.op;
+      const bool transcendental =
+          op < fused::kBinaryBase &&
+          (op == static_cast<int>(vec::Unary::kExp) || op == static_cast<int>(vec::Unary::kLog) ||
+           op == static_cast<int>(vec::Unary::kTanh) || op == static_cast<int>(vec::Unary::kErf) ||
+           op == static_cast<int>(vec::Unary::kSigmoid) || op == static_cast<int>(vec::Unary::kSoftplus) ||
+           op == static_cast<int>(vec::Unary::kGeluErf) || op == static_cast<int>(vec::Unary::kGeluTanh) ||
+           op == static_cast<int>(vec::Unary::kSilu));
+      program_flops_ += op == fused::kBinaryBase + static_cast<int>(vec::Binary::kPow) ? 24.0 : transcendental ? 12.0 : 1.0;
+    }
+  }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     if (static_cast<int>(in.size()) != ni_)
@@ -126,9 +143,11 @@ class FusedElementwiseKernel final : public Kernel {
     float* y = out[0].as<float>();
     const int64_t inner = w.inner(), rows = total / inner;
     // On kiln's pool, not an OpenMP team: a team's end barrier waits for a descheduled thread, a
-    // time slice per step on a shared machine. Per element: the inputs and the output, and a few
-    // flops per instruction (transcendentals cost more, but most programs are adds and multiplies).
-    const double bytes = 4.0 * (ni_ + 1), flops = 4.0 * static_cast<double>(prog_.size() + 1);
+    // time slice per step on a shared machine. Per output element: the output, each input as much
+    // as it is not broadcast (a squeeze-excite gate is one value per channel), and program_flops_.
+    double bytes = 4.0;
+    for (const TensorView& v : in) bytes += 4.0 * static_cast<double>(v.numel()) / static_cast<double>(total);
+    const double flops = program_flops_;
     if (norm_ != Norm::kNone) {
       const double d = static_cast<double>(inner);
       parallel_for_each(rows, LoopCost{bytes * d, (flops + 6.0) * d}, [&](int64_t r) { norm_row(t, w, in, y, r); });
@@ -331,6 +350,7 @@ class FusedElementwiseKernel final : public Kernel {
   float eps_;
   bool softmax_;
   int ni_, nregs_;
+  double program_flops_ = 1.0;
 };
 
 StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args, AttrReader& attrs) {
