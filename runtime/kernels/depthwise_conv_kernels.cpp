@@ -168,14 +168,7 @@ void depthwise_rows(const DwGeom& g, const DwJob& j, int64_t oh0, int64_t oh1, f
       // X's row as a ring row: pixel p at column p - pw (only the inner blocks' pixels are read).
       if (direct) xrows[i] = j.x + (top + i) * j.xh - g.pw * kLanes;
     }
-    // The input rows the next output row copies are fetched from memory while this one computes,
-    // a share of their pixels per block (the copy above would otherwise wait on each miss).
-    const int64_t next_end = std::min(g.H, loaded + g.sh), blocks = (g.OW + kCols - 1) / kCols;
-    const int64_t share = (g.W + blocks - 1) / blocks, pixel_step = j.xw == kLanes ? 2 : 1;
     for (int64_t ow = 0, b = 0; ow < g.OW; ow += kCols, ++b) {
-      for (int64_t r = std::max(loaded, int64_t{0}); r < next_end; ++r)
-        for (int64_t c = b * share; c < std::min(g.W, (b + 1) * share); c += pixel_step)
-          _mm_prefetch(reinterpret_cast<const char*>(j.x + r * j.xh + c * j.xw), _MM_HINT_T0);
       const bool inner = direct && b >= g.inner_begin && b < g.inner_end;
       output_block<kS, kK, A, kMasked, kRes>(g, j, inner ? xrows : rows, i0, i1, oh, ow, std::min<int64_t>(kCols, g.OW - ow), bias, mask);
     }
