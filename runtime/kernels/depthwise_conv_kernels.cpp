@@ -156,11 +156,12 @@ void depthwise_rows(const DwGeom& g, const DwJob& j, int64_t oh0, int64_t oh1, f
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const int64_t top = oh * g.sh - g.ph;
     const int64_t i0 = std::max<int64_t>(0, -top), i1 = std::min(g.KH, g.H - top);
+    const int64_t xw = j.xw;
     for (int64_t r = std::max(loaded, top + i0); r < top + i1; ++r) {
       float* d = ring + (r % g.KH) * RF + g.pw * kLanes;
       const float* src = j.x + r * j.xh;
-      for (int64_t c = 0; c < copy0_end; ++c) sv::storeu(d + c * kLanes, load<kMasked>(src + c * j.xw, mask));
-      for (int64_t c = copy1_begin; c < g.W; ++c) sv::storeu(d + c * kLanes, load<kMasked>(src + c * j.xw, mask));
+      for (int64_t c = 0; c < copy0_end; ++c) sv::storeu(d + c * kLanes, load<kMasked>(src + c * xw, mask));
+      for (int64_t c = copy1_begin; c < g.W; ++c) sv::storeu(d + c * kLanes, load<kMasked>(src + c * xw, mask));
     }
     loaded = std::max(loaded, top + i1);
     for (int64_t i = i0; i < i1; ++i) {
