@@ -257,6 +257,36 @@ KILN_CONV3X3(im2col_panel);
 KILN_CONV3X3(winograd_f4x3);
 #undef KILN_CONV3X3
 
+// EfficientNet-B0's depthwise convolutions (pad k / 2, bias, SiLU) in nChw8c, on oneDNN's jit_dw
+// (SiLU as kiln's pass after the primitive) and on "depthwise_direct" (the epilogue in registers);
+// then a few without activation, and MobileNet-V3-small's (ReLU/HardSwish there; none here).
+// Arguments: channels, the square input's side, kernel side, stride (and 0: no activation).
+void depthwise_nchw8c(benchmark::State& s, const char* impl) {
+  const int64_t c = s.range(0), hw = s.range(1), k = s.range(2), stride = s.range(3);
+  const bool silu = s.range(4) != 0;
+  AttrMap a;
+  a["group"] = Attribute::Int(c);
+  a["strides"] = Attribute::Ints({stride, stride});
+  a["pads"] = Attribute::Ints({k / 2, k / 2, k / 2, k / 2});
+  a["activation"] = Attribute::String(silu ? "silu" : "none");
+  a["x_layout"] = Attribute::String("nchw8c");
+  a["y_layout"] = Attribute::String("nchw8c");
+  run_op(s, "FusedConv",
+         {random(DType::kFloat32, in_layout("nchw8c", Shape{1, c, hw, hw}), -1, 1, 1), random(DType::kFloat32, Shape{c, 1, k, k}, -0.3, 0.3, 2),
+          random(DType::kFloat32, Shape{c}, -1, 1, 3)},
+         a, impl);
+}
+#define KILN_DEPTHWISE(impl)                                                                                                    \
+  BENCHMARK_CAPTURE(depthwise_nchw8c, impl, #impl)                                                                              \
+      ->Args({32, 112, 3, 1, 1})->Args({96, 112, 3, 2, 1})->Args({144, 56, 3, 1, 1})->Args({144, 56, 5, 2, 1})                  \
+      ->Args({240, 28, 5, 1, 1})->Args({480, 14, 3, 1, 1})->Args({672, 14, 5, 1, 1})->Args({1152, 7, 5, 1, 1})                 \
+      ->Args({32, 112, 3, 1, 0})->Args({144, 56, 3, 1, 0})                                                                        \
+      ->Args({16, 112, 3, 2, 0})->Args({72, 56, 3, 2, 0})->Args({88, 28, 3, 1, 0})->Args({576, 7, 5, 1, 0})                     \
+      ->Unit(benchmark::kMicrosecond)->UseRealTime()
+KILN_DEPTHWISE(onednn);
+KILN_DEPTHWISE(depthwise_direct);
+#undef KILN_DEPTHWISE
+
 void layer_norm(benchmark::State& s, bool fused) {
   const Shape x{1, 32, 384};
   if (fused) {
