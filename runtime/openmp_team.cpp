@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/thread_pool.h"
+
 namespace kiln {
 
 namespace {
@@ -97,7 +99,13 @@ bool team_on_time(int threads) {
   if (now < g_next_probe_ns.load(std::memory_order_relaxed)) return true;
   bool expected = false;
   if (!g_probing.compare_exchange_strong(expected, true, std::memory_order_acquire)) return true;  // another thread probes
-  const bool on_time = probe_team(threads);
+  // kiln's own pool worker may still spin after a kiln step, on the core the OpenMP worker needs:
+  // that is the same process, not a co-tenant, so it is sent to sleep before the probe judges.
+  ThreadPool::global().stop_spinning();
+  // A worker asleep since the last OpenMP region (a stretch of kiln-pool steps) may take longer
+  // than kLateJoinNs to wake on a VM; the first probe has woken it, so a second one tells a slow
+  // wake-up from a core another process holds.
+  const bool on_time = probe_team(threads) || probe_team(threads);
   const int64_t end = now_ns(), solo = g_solo_ns.load(std::memory_order_relaxed);
   g_probes.fetch_add(1, std::memory_order_relaxed);
   if (on_time) {

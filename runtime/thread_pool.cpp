@@ -252,7 +252,9 @@ void ThreadPool::worker_main(int slot) {
     uint32_t e = epoch_.load(std::memory_order_acquire);
     if (e == seen) {
       const int64_t until = now_ns() + spin_ns;
-      while ((e = epoch_.load(std::memory_order_acquire)) == seen && now_ns() < until && !stopping_.load(std::memory_order_relaxed))
+      const uint32_t spin_epoch = spin_epoch_.load(std::memory_order_acquire);
+      while ((e = epoch_.load(std::memory_order_acquire)) == seen && now_ns() < until && !stopping_.load(std::memory_order_relaxed) &&
+             spin_epoch_.load(std::memory_order_relaxed) == spin_epoch)
         _mm_pause();
       if (e == seen) {
         self->sleep_word.store(1, std::memory_order_seq_cst);

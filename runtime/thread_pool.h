@@ -101,6 +101,11 @@ class ThreadPool {
   };
   Stats stats() const;
 
+  // Sends workers spinning after a region to sleep now. The OpenMP team's probe
+  // (runtime/openmp_team.cpp) calls it first: a kiln worker spinning on the other core would make
+  // the OpenMP worker look descheduled by a co-tenant, and oneDNN would then run on one thread.
+  void stop_spinning() { spin_epoch_.fetch_add(1, std::memory_order_release); }
+
   ~ThreadPool();
 
  private:
@@ -134,6 +139,7 @@ class ThreadPool {
   std::atomic<uint32_t> caller_sleeping_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> busy_{false};
+  std::atomic<uint32_t> spin_epoch_{0};  // stop_spinning() bumps it
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> regions_{0}, inline_loops_{0}, chunks_by_workers_{0}, late_workers_{0};
 };
