@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "runtime/kernels/conv_pixel_io.h"
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
@@ -150,14 +151,7 @@ class OnednnSplitConvKernel final : public OnednnKernel {
 }  // namespace
 
 void register_onednn_split_conv_kernels(KernelRegistry& r) {
-  r.add_kiln_op({"FusedConv", "onednn_split", 6, [](const KernelArgs& args, AttrReader& attrs) -> StatusOr<std::unique_ptr<Kernel>> {
-                   FusedSpec spec;
-                   KILN_ASSIGN_OR_RETURN(auto ref, make_reference_fused_conv(args, attrs, &spec));
-                   WindowAttrs w;
-                   KILN_RETURN_IF_ERROR(read_window_attrs(attrs, w, true));
-                   KILN_ASSIGN_OR_RETURN(int64_t group, attrs.get_int("group", 1));
-                   return std::unique_ptr<Kernel>(std::make_unique<OnednnSplitConvKernel>(std::move(ref), std::move(w), group, spec));
-                 }});
+  r.add_kiln_op({"FusedConv", "onednn_split", 6, make_kiln_fused_conv<OnednnSplitConvKernel>});
 }
 
 }  // namespace kiln

@@ -143,17 +143,7 @@ TEST(DepthwiseConv, UncoveredCasesRunTheReference) {
       {"group 2", Shape{1, 1, 5, 5, 8}, Shape{8, 4, 3, 3}, with(blocked, {{"group", Attribute::Int(2)}})},
       {"1-D", Shape{1, 8, 9}, Shape{8, 1, 3}, {{"group", Attribute::Int(8)}}},
   };
-  uint32_t seed = 7300;
-  for (const Other& o : others) {
-    const Tensor x = random_f32(o.x, seed++), w = random_f32(o.w, seed++);
-    std::string ran;
-    auto got = testing::run_fused_conv(o.attrs, {x, w}, "depthwise_direct", &ran);
-    ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
-    EXPECT_EQ(ran, "reference") << o.what;
-    auto want = testing::run_fused_conv(o.attrs, {x, w}, "reference", &ran);
-    ASSERT_TRUE(want.ok()) << o.what;
-    testing::expect_close(*got, *want, 0, 0, o.what);
-  }
+  for (const Other& o : others) testing::expect_fused_conv_runs_reference("depthwise_direct", o.attrs, o.x, o.w, 7300, o.what);
 }
 
 // One kernel prepared at two shapes (a dynamic profile's min and max) and at a 1x1 image: the

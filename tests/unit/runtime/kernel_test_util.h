@@ -96,6 +96,20 @@ inline void expect_close(const Tensor& got, const Tensor& want, double atol, dou
   }
 }
 
+// A FusedConv case `impl` does not cover: it runs as "reference" (tactic selection then reports
+// the impl unavailable) and gives the reference's result.
+inline void expect_fused_conv_runs_reference(const std::string& impl, const AttrMap& attrs, const Shape& x, const Shape& w,
+                                             uint32_t seed, const std::string& what) {
+  const Tensor xt = random_f32(x, seed), wt = random_f32(w, seed + 1);
+  std::string ran;
+  auto got = run_fused_conv(attrs, {xt, wt}, impl, &ran);
+  ASSERT_TRUE(got.ok()) << what << ": " << got.status().message();
+  EXPECT_EQ(ran, "reference") << what;
+  auto want = run_fused_conv(attrs, {xt, wt}, "reference", &ran);
+  ASSERT_TRUE(want.ok()) << what;
+  expect_close(*got, *want, 0, 0, what);
+}
+
 // One FusedConv kernel of `impl` prepared at a small shape and then a larger one (a dynamic
 // profile's min and max): its scratch grows, it still runs as `impl`, and both runs match the
 // reference within `atol`.

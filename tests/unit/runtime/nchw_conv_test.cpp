@@ -95,17 +95,7 @@ TEST(NchwConv, UncoveredCasesRunTheReference) {
       {"1x1 padded", Shape{1, 4, 6, 6}, Shape{8, 4, 1, 1}, {{"pads", Attribute::Ints({1, 0, 1, 0})}}},
       {"1-D", Shape{1, 4, 9}, Shape{4, 1, 3}, {{"group", Attribute::Int(4)}}},
   };
-  uint32_t seed = 5300;
-  for (const Other& o : others) {
-    const Tensor x = random_f32(o.x, seed++), w = random_f32(o.w, seed++);
-    std::string ran;
-    auto got = testing::run_fused_conv(o.attrs, {x, w}, "nchw_direct", &ran);
-    ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
-    EXPECT_EQ(ran, "reference") << o.what;
-    auto want = testing::run_fused_conv(o.attrs, {x, w}, "reference", &ran);
-    ASSERT_TRUE(want.ok()) << o.what;
-    testing::expect_close(*got, *want, 0, 0, o.what);
-  }
+  for (const Other& o : others) testing::expect_fused_conv_runs_reference("nchw_direct", o.attrs, o.x, o.w, 5300, o.what);
 }
 
 // One kernel prepared at two shapes (a dynamic profile's min and max) and at a 1x1 image: the

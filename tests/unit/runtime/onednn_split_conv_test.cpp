@@ -101,15 +101,7 @@ TEST(OnednnSplitConv, OtherCasesRunTheReference) {
       {"group 2 of 8 channels", with({{"group", Attribute::Int(2)}}), Shape{1, 2, 5, 5, 8}, Shape{16, 8, 3, 3}},
       {"one output block", blocked, Shape{1, 2, 5, 5, 8}, Shape{8, 16, 3, 3}},
   };
-  for (const Other& o : others) {
-    auto k = make_kernel("FusedConv", o.attrs, 2, "onednn_split");
-    ASSERT_TRUE(k) << o.what;
-    const Tensor x = random_f32(o.x, 1), w = random_f32(o.w, 2);
-    const TensorView v[] = {x.view(), w.view()};
-    auto got = run_kernel_once(*k, v, 1);
-    ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
-    EXPECT_STREQ(k->impl_name(), "reference") << o.what;
-  }
+  for (const Other& o : others) testing::expect_fused_conv_runs_reference("onednn_split", o.attrs, o.x, o.w, 1, o.what);
 }
 
 }  // namespace

@@ -103,15 +103,7 @@ TEST(WinogradConv, OtherGeometryRunsTheReference) {
       {"5x5 kernel", {}, Shape{1, 4, 9, 9}, Shape{8, 4, 5, 5}},
       {"1-D", {}, Shape{1, 4, 9}, Shape{8, 4, 3}},
   };
-  for (const Other& o : others) {
-    auto k = make_kernel("FusedConv", o.attrs, 2, "winograd_f4x3");
-    ASSERT_TRUE(k) << o.what;
-    const Tensor x = random_f32(o.x, 1), w = random_f32(o.w, 2);
-    const TensorView v[] = {x.view(), w.view()};
-    auto got = run_kernel_once(*k, v, 1);
-    ASSERT_TRUE(got.ok()) << o.what << ": " << got.status().message();
-    EXPECT_STREQ(k->impl_name(), "reference") << o.what;
-  }
+  for (const Other& o : others) testing::expect_fused_conv_runs_reference("winograd_f4x3", o.attrs, o.x, o.w, 1, o.what);
 }
 
 }  // namespace
