@@ -88,16 +88,16 @@ inline void store(float* p, __m256i mask, V v) {
   else sv::storeu(p, v);
 }
 
-// The fused activation, lane for lane as the vector kernels of runtime/kernels/vec_kernels.inc
-// compute it (ReLU and Clip pass NaN through).
+// The fused activation, from the same functions (runtime/simd/vec_math.inc) as the vector kernels
+// of runtime/kernels/vec_kernels.inc (ReLU and Clip pass NaN through).
 template <ConvAct A>
 inline V activate(V v, float alpha, float beta) {
   if constexpr (A == ConvAct::kNone) return v;
-  else if constexpr (A == ConvAct::kRelu) return sv::select(sv::lt(v, sv::zero()), sv::zero(), v);
+  else if constexpr (A == ConvAct::kRelu) return sv::relu(v);
   else if constexpr (A == ConvAct::kSilu) return sv::silu(v);
   else if constexpr (A == ConvAct::kSigmoid) return sv::sigmoid(v);
   else if constexpr (A == ConvAct::kHardSwish) return sv::hardswish(v);
-  else if constexpr (A == ConvAct::kClip) return sv::select(sv::is_nan(v), v, sv::min(sv::set1(beta), sv::max(sv::set1(alpha), v)));
+  else if constexpr (A == ConvAct::kClip) return sv::clip(v, alpha, beta);
   else if constexpr (A == ConvAct::kGeluErf) return sv::gelu_erf(v);
   else return sv::gelu_tanh(v);
 }

@@ -69,8 +69,8 @@ dnnl::primitive one_thread_primitive(const dnnl::primitive_desc_base& pd);
 // FusedConv's epilogue as oneDNN post-ops: the residual a sum, the activation an eltwise, except
 // SiLU, which kiln applies after the primitive (silu_in_place; see onednn_conv_kernels.cpp).
 dnnl::post_ops fused_conv_post_ops(const FusedSpec& spec, bool residual);
-// y = silu(y) over n floats; on kiln's pool when `parallel`.
-void silu_in_place(float* y, int64_t n, bool parallel);
+// y = silu(y) over n floats, on kiln's pool where it pays (inline inside a pool chunk).
+void silu_in_place(float* y, int64_t n);
 
 // This thread's scratchpad of at least `bytes` (64-byte aligned), or nullptr when it cannot grow.
 // Valid until the next call on this thread that asks for more.

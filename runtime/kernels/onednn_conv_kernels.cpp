@@ -39,8 +39,7 @@
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/onednn_common.h"
-#include "runtime/kernels/vec_kernels.h"
-#include "runtime/thread_pool.h"
+#include "runtime/kernels/elementwise_common.h"
 
 namespace kiln {
 
@@ -50,7 +49,6 @@ using dnnl::memory;
 using tag = memory::format_tag;
 
 bool has_residual(std::span<const TensorView> in) { return in.size() > 3 && in[3].present(); }
-
 
 tag layout_tag(ConvLayout l) { return onednn_conv_tag(l); }
 
@@ -205,7 +203,7 @@ class OnednnConvKernel final : public OnednnKernel {
     KILN_RETURN_IF_ERROR(conv_.execute(stream_));
     if (kiln_silu_)
       silu_in_place(static_cast<float*>(blocked_dst_ ? blocked_dst_.get() : out[0].data),
-                    blocked_dst_ ? blocked_floats_ : out[0].numel(), true);
+                    blocked_dst_ ? blocked_floats_ : out[0].numel());
     if (!blocked_dst_) return Status::Ok();
     dst_out_.bind(dst_out_slot_, out[0].data);
     return dst_out_.execute(stream_);
@@ -327,18 +325,7 @@ dnnl::post_ops fused_conv_post_ops(const FusedSpec& spec, bool residual) {
 }
 
 // SiLU maps 0 to 0, so a blocked layout's zero padding channels stay zero.
-void silu_in_place(float* y, int64_t n, bool parallel) {
-  const vec::UnaryFn silu = vec::unary(vec::Unary::kSilu);
-  if (!parallel) {
-    silu(y, y, n, {});
-    return;
-  }
-  constexpr int64_t kChunk = 16384;
-  parallel_for_each((n + kChunk - 1) / kChunk, LoopCost{8.0 * kChunk, 16.0 * kChunk}, [&](int64_t c) {
-    const int64_t b = c * kChunk;
-    silu(y + b, y + b, std::min(kChunk, n - b), {});
-  });
-}
+void silu_in_place(float* y, int64_t n) { ew::vec_apply(vec::unary(vec::Unary::kSilu), y, y, n, {}); }
 
 dnnl::memory::format_tag onednn_conv_tag(ConvLayout l) {
   switch (l) {

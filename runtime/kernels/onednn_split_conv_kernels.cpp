@@ -48,7 +48,7 @@ class OnednnSplitConvKernel final : public OnednnKernel {
     has_bias_ = in.size() > 2 && in[2].present();
     has_res_ = in.size() > 3 && in[3].present();
     const int64_t block = conv_channel_block(spec_.x);
-    const int threads = std::min(ThreadPool::global().max_threads(), omp_get_max_threads());
+    const int omp_threads = omp_get_max_threads(), threads = std::min(ThreadPool::global().max_threads(), omp_threads);
     if (in[0].dtype != DType::kFloat32 || in[1].dtype != DType::kFloat32 || xs.rank() != 4 || ws.rank() != 4 || xs[0] != 1 ||
         block == 0 || spec_.y != spec_.x || (has_res_ && spec_.res != spec_.x) || threads <= 1 || xs.numel() == 0 ||
         out[0].numel() == 0)
@@ -91,7 +91,7 @@ class OnednnSplitConvKernel final : public OnednnKernel {
       } catch (const dnnl::error&) {
         pd = Unimplemented("no oneDNN convolution for this part");
       }
-      omp_set_num_threads(threads);
+      omp_set_num_threads(omp_threads);
       if (!pd.ok()) return false;
       const float* w = in[1].as<const float>() + part.o0 * (depthwise ? 1 : C) * kh * kw;
       KILN_ASSIGN_OR_RETURN(part.packed, onednn_packed_weights(w, memory::desc(wei_d, f32, depthwise ? tag::goihw : tag::oihw),
@@ -124,7 +124,7 @@ class OnednnSplitConvKernel final : public OnednnKernel {
         p.exec.bind(p.dst, dst);
         if (bias) p.exec.bind(p.bias, bias + p.o0);
         if (!p.exec.execute(p.stream).ok()) failed.store(true, std::memory_order_relaxed);
-        if (kiln_silu_) silu_in_place(dst, n, false);
+        if (kiln_silu_) silu_in_place(dst, n);
       }
     });
     if (failed.load()) return Internal("a oneDNN convolution part failed to execute");
