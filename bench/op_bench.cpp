@@ -287,6 +287,32 @@ KILN_DEPTHWISE(onednn);
 KILN_DEPTHWISE(depthwise_direct);
 #undef KILN_DEPTHWISE
 
+// ShuffleNet-V2's depthwise convolutions (3x3, pad 1, bias, no activation) on values that stay
+// NCHW (58, 116 and 232 channels), on oneDNN (jit_dw between two reorders), "nchw_direct" and
+// "depthwise_nchw"; then one 5x5. Arguments: channels, the square input's side, kernel side, stride.
+void depthwise_nchw(benchmark::State& s, const char* impl) {
+  const int64_t c = s.range(0), hw = s.range(1), k = s.range(2), stride = s.range(3);
+  AttrMap a;
+  a["group"] = Attribute::Int(c);
+  a["strides"] = Attribute::Ints({stride, stride});
+  a["pads"] = Attribute::Ints({k / 2, k / 2, k / 2, k / 2});
+  run_op(s, "FusedConv",
+         {random(DType::kFloat32, Shape{1, c, hw, hw}, -1, 1, 1), random(DType::kFloat32, Shape{c, 1, k, k}, -0.3, 0.3, 2),
+          random(DType::kFloat32, Shape{c}, -1, 1, 3)},
+         a, impl);
+  const int64_t ohw = (hw + 2 * (k / 2) - k) / stride + 1;
+  s.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(c * k * k * ohw * ohw) * 1e-9 * static_cast<double>(s.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+#define KILN_DEPTHWISE_NCHW(impl)                                                                                               \
+  BENCHMARK_CAPTURE(depthwise_nchw, impl, #impl)                                                                                \
+      ->Args({58, 56, 3, 2})->Args({58, 28, 3, 1})->Args({116, 28, 3, 2})->Args({116, 14, 3, 1})->Args({232, 14, 3, 2})        \
+      ->Args({96, 28, 5, 1})->Unit(benchmark::kMicrosecond)->UseRealTime()
+KILN_DEPTHWISE_NCHW(onednn);
+KILN_DEPTHWISE_NCHW(nchw_direct);
+KILN_DEPTHWISE_NCHW(depthwise_nchw);
+#undef KILN_DEPTHWISE_NCHW
+
 void layer_norm(benchmark::State& s, bool fused) {
   const Shape x{1, 32, 384};
   if (fused) {

@@ -22,6 +22,7 @@ void register_nn_rotary_kernels(KernelRegistry& r);
 void register_panel_matmul_kernels(KernelRegistry& r);
 void register_nchw_conv_kernels(KernelRegistry& r);  // nchw_conv_kernels.cpp: FusedConv "nchw_direct"
 void register_depthwise_conv_kernels(KernelRegistry& r);  // depthwise_conv_kernels.cpp: FusedConv "depthwise_direct"
+void register_depthwise_nchw_kernels(KernelRegistry& r);  // depthwise_nchw_kernels.cpp: FusedConv "depthwise_nchw"
 
 // Reference kernels, created directly so optimized kernels can delegate the cases they do not cover.
 StatusOr<std::unique_ptr<Kernel>> make_reference_matmul(const KernelArgs& args, AttrReader& attrs);

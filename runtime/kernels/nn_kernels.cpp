@@ -83,6 +83,7 @@ void register_nn_kernels(KernelRegistry& r) {
   register_nn_conv_kernels(r);
   register_nchw_conv_kernels(r);
   register_depthwise_conv_kernels(r);
+  register_depthwise_nchw_kernels(r);
   register_nn_pool_kernels(r);
   register_nn_norm_kernels(r);
   register_nn_resize_kernels(r);

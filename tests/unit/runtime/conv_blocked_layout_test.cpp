@@ -106,14 +106,17 @@ TEST(ConvBlockedLayout, FusedConvEveryLayoutMatchesTheNchwReference) {
           const bool split = c.x[0] == 1 && lx.block > 0 && lr.block == lx.block && ly.block == lx.block &&
                              (c.group == 1 || (c.group == c.x[1] && c.group == c.w[0])) && c.w[0] / lx.block >= 2 &&
                              ThreadPool::global().max_threads() > 1 && omp_get_max_threads() > 1;
-          for (const char* impl : {"onednn", "im2col_panel", "winograd_f4x3", "onednn_split", "depthwise_direct", "reference"}) {
+          for (const char* impl : {"onednn", "im2col_panel", "winograd_f4x3", "onednn_split", "depthwise_direct", "depthwise_nchw", "reference"}) {
             // im2col_panel runs group 1 only, winograd_f4x3 3x3 stride-1 group-1 only, depthwise_direct
-            // depthwise convolutions with no NCHW tensor only (the reference otherwise).
+            // depthwise convolutions with no NCHW tensor only, depthwise_nchw with every tensor NCHW
+            // only (the reference otherwise).
             if (c.group != 1 && std::string(impl) == "im2col_panel") continue;
             if ((c.group != 1 || c.stride != 1 || c.w[2] != 3) && std::string(impl) == "winograd_f4x3") continue;
             if (!split && std::string(impl) == "onednn_split") continue;
             const bool no_nchw = lx.block != 0 && lr.block != 0 && ly.block != 0;
             if ((c.group != c.x[1] || c.w[0] != c.x[1] || !no_nchw) && std::string(impl) == "depthwise_direct") continue;
+            const bool all_nchw = lx.block == 0 && lr.block == 0 && ly.block == 0;
+            if ((c.group != c.x[1] || c.w[0] != c.x[1] || !all_nchw) && std::string(impl) == "depthwise_nchw") continue;
             auto k = make_kernel("FusedConv", attrs, 4, impl);
             ASSERT_TRUE(k) << what;
             auto got = run_kernel_once(*k, views, 1);
