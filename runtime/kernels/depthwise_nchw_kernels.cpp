@@ -48,6 +48,7 @@ constexpr int kRows = 4;
 // Taps kept in a per-plane weight array; larger kernels run the reference.
 constexpr int64_t kMaxTaps = 64;
 
+
 // The window and the padded band buffer: a buffer row is `sw` phases of `m` floats (phase q's
 // column k is padded column q + sw k, i.e. input column q + sw k - pw); phase q holds input in
 // columns [lo[q], hi[q]), zeros elsewhere. `owr`: OW rounded up to whole vectors.
@@ -82,16 +83,17 @@ inline V activate(V v, float alpha, float beta) {
   else return sv::gelu_tanh(v);
 }
 
-// Output rows [oh, oh + R) at columns [ow, ow + 8) of one plane. kS, kK: the stride and the square
-// kernel's side when the geometry is (1 or 2, 3 or 5) in both directions (the tap loops then
-// unroll and the weights stay in registers), else 0 and R = 1. `n`: the valid lanes (8 but for
-// the row's last vector).
-template <int kS, int kK, int R, ConvAct A, bool kRes>
+// Output rows [oh, oh + R) at columns [ow, ow + 8 NV) of one plane. kS, kK: the stride and the
+// square kernel's side when the geometry is (1 or 2, 3 or 5) in both directions (the tap loops then
+// unroll), else 0 and R = NV = 1. `n`: the valid lanes of the last vector (8 but for the row's last).
+template <int kS, int kK, int R, int NV, ConvAct A, bool kRes>
 inline void output_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, int64_t oh, int64_t ow, int64_t n) {
-  V acc[R];
+  V acc[R][NV];
   const V b = sv::set1(j.bias);
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = b;
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = b;
   const int64_t RF = g.row_floats;
   const float* rows = j.buf + (oh - j.oh0) * (kS ? kS : g.sh) * RF + ow;
   if constexpr (kS != 0) {
@@ -101,42 +103,60 @@ inline void output_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, i
       const float* row = rows + i * RF;
 #pragma GCC unroll 8
       for (int t = 0; t < kK; ++t) {
-        const V x = sv::loadu(row + (t % kS) * g.m + t / kS);
+        V x[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; ++v) x[v] = sv::loadu(row + (t % kS) * g.m + t / kS + v * kLanes);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           const int ki = i - r * kS;
-          if (ki >= 0 && ki < kK) acc[r] = sv::fmadd(wv[ki * kK + t], x, acc[r]);
+          if (ki >= 0 && ki < kK) {
+            const V wt = wv[ki * kK + t];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; ++v) acc[r][v] = sv::fmadd(wt, x[v], acc[r][v]);
+          }
         }
       }
     }
   } else {
-    static_assert(R == 1);
+    static_assert(R == 1 && NV == 1);
     const int64_t* off = g.tap_off.data();
     for (int64_t ki = 0; ki < g.KH; ++ki) {
       const float* row = rows + ki * RF;
-      for (int64_t t = 0; t < g.KW; ++t) acc[0] = sv::fmadd(wv[ki * g.KW + t], sv::loadu(row + off[t]), acc[0]);
+      for (int64_t t = 0; t < g.KW; ++t) acc[0][0] = sv::fmadd(wv[ki * g.KW + t], sv::loadu(row + off[t]), acc[0][0]);
     }
   }
   const int64_t end = j.oh1 * g.OW;  // the item's last output + 1 (plane offsets)
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const int64_t at = (oh + r) * g.OW + ow;
-    // A full store of a partial vector runs into the next row (stored later, see the file's
-    // comment) unless that is past the item or the residual is read there.
-    const bool full = n == kLanes || (!kRes && at + kLanes <= end);
-    V v = acc[r];
-    if (full) {
-      if constexpr (kRes) v = sv::add(v, sv::loadu(j.r + at));
-      sv::storeu(j.y + at, activate<A>(v, g.alpha, g.beta));
-    } else {
-      if constexpr (kRes) v = sv::add(v, sv::load_partial(j.r + at, n));
-      sv::store_partial(j.y + at, n, activate<A>(v, g.alpha, g.beta));
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      const int64_t at = (oh + r) * g.OW + ow + v * kLanes, lanes = v == NV - 1 ? n : kLanes;
+      // A full store of a partial vector runs into the next row (stored later, see the file's
+      // comment) unless that is past the item or the residual is read there.
+      const bool full = lanes == kLanes || (!kRes && at + kLanes <= end);
+      V y = acc[r][v];
+      if (full) {
+        if constexpr (kRes) y = sv::add(y, sv::loadu(j.r + at));
+        sv::storeu(j.y + at, activate<A>(y, g.alpha, g.beta));
+      } else {
+        if constexpr (kRes) y = sv::add(y, sv::load_partial(j.r + at, lanes));
+        sv::store_partial(j.y + at, lanes, activate<A>(y, g.alpha, g.beta));
+      }
     }
-  }
 }
 
-// The item's output rows: blocks of kRows rows, then the rest one by one; in each, the column
-// vectors right to left.
+// Output rows [oh, oh + R) of the item: its column vectors right to left, two at a time.
+template <int kS, int kK, int R, ConvAct A, bool kRes>
+inline void row_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, int64_t oh) {
+  const int64_t last = g.owr - kLanes, tail = g.OW - last;
+  int64_t ow = last, n = tail;
+  if constexpr (kS != 0) {
+    for (; ow >= kLanes; ow -= 2 * kLanes, n = kLanes) output_block<kS, kK, R, 2, A, kRes>(g, j, wv, oh, ow - kLanes, n);
+  }
+  for (; ow >= 0; ow -= kLanes, n = kLanes) output_block<kS, kK, R, 1, A, kRes>(g, j, wv, oh, ow, n);
+}
+
+// The item's output rows: blocks of kRows rows, then the rest one by one.
 template <int kS, int kK, ConvAct A, bool kRes>
 void plane_rows(const NchwDwGeom& g, const NchwDwJob& j) {
   V wv[kMaxTaps];
@@ -146,14 +166,11 @@ void plane_rows(const NchwDwGeom& g, const NchwDwJob& j) {
   } else {
     for (int64_t t = 0; t < g.KH * g.KW; ++t) wv[t] = sv::set1(j.w[t]);
   }
-  const int64_t last = g.owr - kLanes, tail = g.OW - last;
   int64_t oh = j.oh0;
   if constexpr (kS != 0) {
-    for (; oh + kRows <= j.oh1; oh += kRows)
-      for (int64_t ow = last; ow >= 0; ow -= kLanes) output_block<kS, kK, kRows, A, kRes>(g, j, wv, oh, ow, ow == last ? tail : kLanes);
+    for (; oh + kRows <= j.oh1; oh += kRows) row_block<kS, kK, kRows, A, kRes>(g, j, wv, oh);
   }
-  for (; oh < j.oh1; ++oh)
-    for (int64_t ow = last; ow >= 0; ow -= kLanes) output_block<kS, kK, 1, A, kRes>(g, j, wv, oh, ow, ow == last ? tail : kLanes);
+  for (; oh < j.oh1; ++oh) row_block<kS, kK, 1, A, kRes>(g, j, wv, oh);
 }
 
 using RowsFn = void (*)(const NchwDwGeom&, const NchwDwJob&);
@@ -302,8 +319,9 @@ class DepthwiseNchwKernel final : public Kernel {
         return;
       }
       zero_floats(buf, buf_floats);
+      // Items walk the bands of a plane, then the planes (counters, not a division per item).
+      int64_t p = i0 / bands, band = i0 % bands, c = p % C;
       for (int64_t item = i0; item < i1; ++item) {
-        const int64_t p = item / bands, band = item % bands, c = p % C;
         const int64_t oh0 = band * band_rows, oh1 = std::min(g.OH, oh0 + band_rows);
         const float* xp = x + p * g.H * g.W;
         // Buffer row b: input row oh0 sh - ph + b; rows outside the image are zeros.
@@ -317,6 +335,11 @@ class DepthwiseNchwKernel final : public Kernel {
         const NchwDwJob j{xp, y + p * g.OH * g.OW, res ? res + p * g.OH * g.OW : nullptr, w + c * taps, bias ? bias[c] : 0.0f,
                           oh0, oh1, buf};
         rows_(g, j);
+        if (++band == bands) {
+          band = 0;
+          ++p;
+          if (++c == C) c = 0;
+        }
       }
     });
     if (failed.load(std::memory_order_relaxed)) return ResourceExhausted("depthwise_nchw: out of memory for the padded rows");
