@@ -289,7 +289,8 @@ KILN_DEPTHWISE(depthwise_direct);
 
 // ShuffleNet-V2's depthwise convolutions (3x3, pad 1, bias, no activation) on values that stay
 // NCHW (58, 116 and 232 channels), on oneDNN (jit_dw between two reorders), "nchw_direct" and
-// "depthwise_nchw"; then one 5x5. Arguments: channels, the square input's side, kernel side, stride.
+// "depthwise_nchw"; then one 5x5 and two of ConvNeXt-T's 7x7 (NCHW between its LayerNorms).
+// Arguments: channels, the square input's side, kernel side, stride.
 void depthwise_nchw(benchmark::State& s, const char* impl) {
   const int64_t c = s.range(0), hw = s.range(1), k = s.range(2), stride = s.range(3);
   AttrMap a;
@@ -307,7 +308,7 @@ void depthwise_nchw(benchmark::State& s, const char* impl) {
 #define KILN_DEPTHWISE_NCHW(impl)                                                                                               \
   BENCHMARK_CAPTURE(depthwise_nchw, impl, #impl)                                                                                \
       ->Args({58, 56, 3, 2})->Args({58, 28, 3, 1})->Args({116, 28, 3, 2})->Args({116, 14, 3, 1})->Args({232, 14, 3, 2})        \
-      ->Args({96, 28, 5, 1})->Unit(benchmark::kMicrosecond)->UseRealTime()
+      ->Args({96, 28, 5, 1})->Args({96, 56, 7, 1})->Args({384, 14, 7, 1})->Unit(benchmark::kMicrosecond)->UseRealTime()
 KILN_DEPTHWISE_NCHW(onednn);
 KILN_DEPTHWISE_NCHW(nchw_direct);
 KILN_DEPTHWISE_NCHW(depthwise_nchw);

@@ -84,8 +84,8 @@ inline V activate(V v, float alpha, float beta) {
 }
 
 // Output rows [oh, oh + R) at columns [ow, ow + 8 NV) of one plane. kS, kK: the stride and the
-// square kernel's side when the geometry is (1 or 2, 3 or 5) in both directions (the tap loops then
-// unroll), else 0 and R = NV = 1. `n`: the valid lanes of the last vector (8 but for the row's last).
+// square kernel's side when the geometry is (1 or 2, 3 or 5) or (1, 7) in both directions (the tap
+// loops then unroll), else 0 and R = NV = 1. `n`: the valid lanes of the last vector (8 but for the row's last).
 template <int kS, int kK, int R, int NV, ConvAct A, bool kRes>
 inline void output_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, int64_t oh, int64_t ow, int64_t n) {
   V acc[R][NV];
@@ -156,12 +156,12 @@ inline void row_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, int6
   for (; ow >= 0; ow -= kLanes, n = kLanes) output_block<kS, kK, R, 1, A, kRes>(g, j, wv, oh, ow, n);
 }
 
-// The item's output rows: blocks of kRows rows, then the rest one by one.
+// The item's output rows: blocks of kRows rows, then one of 2 and one of 1 as needed.
 template <int kS, int kK, ConvAct A, bool kRes>
 void plane_rows(const NchwDwGeom& g, const NchwDwJob& j) {
   V wv[kMaxTaps];
   if constexpr (kK != 0) {
-#pragma GCC unroll 32
+#pragma GCC unroll 64
     for (int t = 0; t < kK * kK; ++t) wv[t] = sv::set1(j.w[t]);
   } else {
     for (int64_t t = 0; t < g.KH * g.KW; ++t) wv[t] = sv::set1(j.w[t]);
@@ -169,6 +169,10 @@ void plane_rows(const NchwDwGeom& g, const NchwDwJob& j) {
   int64_t oh = j.oh0;
   if constexpr (kS != 0) {
     for (; oh + kRows <= j.oh1; oh += kRows) row_block<kS, kK, kRows, A, kRes>(g, j, wv, oh);
+    if (oh + 2 <= j.oh1) {
+      row_block<kS, kK, 2, A, kRes>(g, j, wv, oh);
+      oh += 2;
+    }
   }
   for (; oh < j.oh1; ++oh) row_block<kS, kK, 1, A, kRes>(g, j, wv, oh);
 }
@@ -181,6 +185,7 @@ RowsFn rows_of(int64_t s, int64_t k) {
   if (s == 2 && k == 3) return &plane_rows<2, 3, A, kRes>;
   if (s == 1 && k == 5) return &plane_rows<1, 5, A, kRes>;
   if (s == 2 && k == 5) return &plane_rows<2, 5, A, kRes>;
+  if (s == 1 && k == 7) return &plane_rows<1, 7, A, kRes>;  // ConvNeXt's
   return &plane_rows<0, 0, A, kRes>;
 }
 
@@ -284,7 +289,7 @@ class DepthwiseNchwKernel final : public Kernel {
     }
     g.alpha = spec_.alpha;
     g.beta = spec_.beta;
-    const bool square = g.KH == g.KW && g.sh == g.sw && (g.sw == 1 || g.sw == 2) && (g.KW == 3 || g.KW == 5);
+    const bool square = g.KH == g.KW && g.sh == g.sw && ((g.sw <= 2 && (g.KW == 3 || g.KW == 5)) || (g.sw == 1 && g.KW == 7));
     rows_ = pick_rows(spec_.act, has_res_, square ? g.sw : 0, square ? g.KW : 0);
 
     // Bands of output rows when there are few planes: enough items for every thread to get

@@ -2,7 +2,7 @@
 // reference FusedConv: depthwise convolutions of NCHW planes at every width 1..17 (partial last
 // vectors, rows narrower than a vector), heights that leave 1..3 rows after the 4-row blocks,
 // strides 1 and 2 (and the generic path: stride 3, a 3x2 kernel, 7x7, mixed strides), symmetric
-// and asymmetric pads 0..2, 3x3 and 5x5, batch 2, bias and residual on and off, every activation;
+// and asymmetric pads 0..2, 3x3, 5x5 and 7x7, batch 2, bias and residual on and off, every activation;
 // then ShuffleNet's shapes, the cases it does not cover, and re-preparing at other shapes.
 #include <gtest/gtest.h>
 
@@ -66,7 +66,7 @@ TEST(DepthwiseNchw, EveryWidthStrideAndPadMatchesTheReference) {
   const std::vector<const char*> all(std::begin(testing::kFusedConvActivations), std::end(testing::kFusedConvActivations));
   for (int64_t W = 1; W <= 17; ++W)
     for (int64_t s : {1, 2})
-      for (int64_t k : {3, 5}) {
+      for (int64_t k : {3, 5, 7}) {
         // Heights and pads vary with the width: 1..3 rows past the 4-row blocks, every pad 0..2
         // on each side, symmetric and not.
         const int64_t H = 4 + (W * 3 + s + k) % 9;
@@ -91,6 +91,7 @@ TEST(DepthwiseNchw, GenericShapesAndShuffleNetShapesMatchTheReference) {
       {Shape{1, 232, 14, 14}, 3, 3, {2, 2}, {1, 1, 1, 1}, true, false},
       {Shape{2, 5, 9, 10}, 3, 2, {1, 3}, {0, 2, 2, 1}, true, true},      // generic: 3x2, stride (1, 3)
       {Shape{2, 3, 17, 23}, 7, 7, {2, 2}, {3, 0, 1, 2}, true, false},    // generic: 7x7
+      {Shape{1, 20, 14, 14}, 7, 7, {1, 1}, {3, 3, 3, 3}, true, true},    // ConvNeXt's 7x7 (unrolled)
       {Shape{1, 4, 11, 19}, 3, 3, {3, 3}, {1, 1, 1, 1}, false, true},    // generic: stride 3
       {Shape{1, 6, 12, 13}, 3, 3, {1, 2}, {1, 1, 0, 0}, true, true},     // generic: strides (1, 2)
       {Shape{1, 7, 2, 1}, 5, 5, {1, 1}, {2, 2, 2, 2}, true, false},      // kernel larger than the image
@@ -103,7 +104,7 @@ TEST(DepthwiseNchw, GenericShapesAndShuffleNetShapesMatchTheReference) {
     check(c, all, seed, &checked);
     seed += 4;
   }
-  EXPECT_EQ(checked, 11 * 8);
+  EXPECT_EQ(checked, 12 * 8);
 }
 
 // Other layouts, dilation, a depthwise multiplier, groups, 1-D and huge kernels run the
