@@ -6,6 +6,7 @@
 // then ShuffleNet's shapes, the cases it does not cover, and re-preparing at other shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -105,6 +106,54 @@ TEST(DepthwiseNchw, GenericShapesAndShuffleNetShapesMatchTheReference) {
     seed += 4;
   }
   EXPECT_EQ(checked, 12 * 8);
+}
+
+// Row tails are stored 8 lanes wide where the extra lanes land on a later row of the same item:
+// nothing may land outside the output (guard floats before and after it), whatever the widths,
+// bands and residual.
+TEST(DepthwiseNchw, WritesNothingOutsideItsOutput) {
+  const Case cases[] = {
+      {Shape{1, 2, 9, 3}, 3, 3, {1, 1}, {1, 1, 1, 1}, true, false},    // rows of 3: a vector spans 3 rows
+      {Shape{1, 3, 13, 14}, 3, 3, {2, 2}, {1, 1, 1, 1}, true, false},  // 7-wide rows, bands
+      {Shape{1, 20, 6, 13}, 5, 5, {1, 1}, {2, 2, 2, 2}, false, false},
+      {Shape{2, 17, 7, 11}, 3, 3, {1, 1}, {1, 1, 1, 1}, true, true},
+      {Shape{1, 1, 5, 1}, 3, 3, {1, 1}, {1, 1, 1, 1}, true, false},    // 1-wide rows, one plane
+  };
+  constexpr int64_t kGuard = 16;
+  const float sentinel = 12345.0f;
+  uint32_t seed = 7700;
+  for (const Case& c : cases) {
+    const int64_t C = c.x[1];
+    AttrMap attrs{{"strides", Attribute::Ints(c.strides)}, {"pads", Attribute::Ints(c.pads)}, {"group", Attribute::Int(C)}};
+    const Tensor x = random_f32(c.x, seed), w = random_f32(Shape{C, 1, c.k_h, c.k_w}, seed + 1), b = random_f32(Shape{C}, seed + 2);
+    std::string ran;
+    auto y0 = testing::run_fused_conv(attrs, {x, w}, "reference", &ran);
+    ASSERT_TRUE(y0.ok());
+    const Tensor res = random_f32(y0->shape(), seed + 3);
+    std::vector<Tensor> in{x, w, c.bias ? b : Tensor(), c.residual ? res : Tensor()};
+    while (in.back().empty()) in.pop_back();
+    auto want = testing::run_fused_conv(attrs, in, "reference", &ran);
+    ASSERT_TRUE(want.ok());
+    auto k = make_kernel("FusedConv", attrs, static_cast<int>(in.size()), "depthwise_nchw");
+    ASSERT_TRUE(k);
+    std::vector<TensorView> views;
+    for (const Tensor& t : in) views.push_back(t.empty() ? TensorView{} : t.view());
+    const int64_t n = y0->numel();
+    std::vector<float> guarded(static_cast<size_t>(n + 2 * kGuard), sentinel);
+    const TensorView out{guarded.data() + kGuard, DType::kFloat32, y0->shape()};
+    ASSERT_TRUE(k->prepare(views, {&out, 1}).ok());
+    ASSERT_TRUE(k->run(views, {&out, 1}).ok());
+    EXPECT_STREQ(k->impl_name(), "depthwise_nchw");
+    const std::string what = name_of(c);
+    for (int64_t i = 0; i < kGuard; ++i) {
+      EXPECT_EQ(guarded[static_cast<size_t>(i)], sentinel) << what << ": guard before, " << i;
+      EXPECT_EQ(guarded[static_cast<size_t>(n + kGuard + i)], sentinel) << what << ": guard after, " << i;
+    }
+    Tensor got = Tensor::zeros(DType::kFloat32, y0->shape());
+    std::copy(guarded.begin() + kGuard, guarded.begin() + kGuard + n, got.as<float>());
+    testing::expect_close(got, *want, 2e-6 * c.k_h, 1e-5, what);
+    seed += 4;
+  }
 }
 
 // Other layouts, dilation, a depthwise multiplier, groups, 1-D and huge kernels run the
