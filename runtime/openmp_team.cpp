@@ -140,4 +140,6 @@ OpenmpTeamStats openmp_team_stats() {
   return {g_probes.load(), g_late_probes.load(), g_solo_regions.load()};
 }
 
+bool impl_runs_on_openmp_team(std::string_view impl) { return impl.starts_with("onednn") && impl != "onednn_split"; }
+
 }  // namespace kiln
