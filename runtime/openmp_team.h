@@ -45,6 +45,10 @@ struct OpenmpTeamStats {
 };
 OpenmpTeamStats openmp_team_stats();
 
+// A region just waited far too long for a worker (kiln's pool on OpenMP's team): the following
+// regions run solo, as after a late probe.
+void report_late_openmp_team();
+
 // Whether kernels of implementation `impl` run their work in OpenMP regions (oneDNN primitives for
 // the team) rather than on kiln's pool or inline. A run that switches between the two pays a
 // wake-up at each switch (the other system's worker went to sleep meanwhile), which no isolated
