@@ -6,8 +6,8 @@
 
 Each round runs every engine once (`ENGINE_RUN ENGINE --iterations N --threads T --json`) and then,
 with --ort, ONNX Runtime on the model (bench/ort_bench.js); the engines' order alternates between
-rounds, so a change of load hits all of them. Printed: each round's p50s, then per label the median
-of its per-round p50s, the per-round ratio of the second label to the first (median), and ONNX
+rounds, so a change of load hits all of them. Printed: each round's p50s (--stat: another statistic),
+then per label the median of its per-round values, the per-round ratio of the second label to the first (median), and ONNX
 Runtime's median over each label's.
 
 The inputs are the peer benchmark's case (bench/out/cases/MODEL/batch1/inputs/*.npy, written by
@@ -37,6 +37,8 @@ def main(argv=None):
     p.add_argument("--ort", action="store_true", help="also time ONNX Runtime on the model each round")
     p.add_argument("--case", help="folder of input .npy files (default bench/out/cases/MODEL/batch1/inputs)")
     p.add_argument("--onnx", help="the ONNX model for ONNX Runtime (default bench/out/models/MODEL.onnx)")
+    p.add_argument("--stat", choices=["p50", "p90", "p99", "mean"], default="p50",
+                   help="the latency statistic of each round compared (default p50; p99 for tails, e.g. beside a busy loop)")
     a = p.parse_args(argv)
 
     specs = []
@@ -55,13 +57,13 @@ def main(argv=None):
         p.error(f"no input folder {case} (run bench/run_peer_bench.py once to write the cases, or pass --case)")
     inputs = [f"{os.path.splitext(f)[0]}={os.path.join(case, f)}" for f in sorted(os.listdir(case)) if f.endswith(".npy")]
 
-    def p50(cmd):
+    def stat(cmd):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.json")
             proc = subprocess.run(cmd + [out], capture_output=True, text=True)
             if proc.returncode != 0:
                 sys.exit(f"ab_engines: {' '.join(cmd[:2])} failed: {(proc.stderr.strip().splitlines() or ['exit %d' % proc.returncode])[-1]}")
-            return json.load(open(out))["latency_ms"]["p50"]
+            return json.load(open(out))["latency_ms"][a.stat]
 
     res = {}
     print("load average at start:", " ".join(open("/proc/loadavg").read().split()[:3]), flush=True)
@@ -71,16 +73,16 @@ def main(argv=None):
             cmd = [engine_run, engine, "--iterations", str(a.iterations), "--threads", str(a.threads), "-q"]
             for i in inputs:
                 cmd += ["-i", i]
-            res.setdefault(label, []).append(p50(cmd + ["--json"]))
+            res.setdefault(label, []).append(stat(cmd + ["--json"]))
         if a.ort:
             cmd = ["node", os.path.join(HERE, "ort_bench.js"), onnx, "--threads", str(a.threads), "--iterations", str(a.iterations)]
             for i in inputs:
                 cmd += ["--input", i]
-            res.setdefault("ORT", []).append(p50(cmd + ["--json"]))
+            res.setdefault("ORT", []).append(stat(cmd + ["--json"]))
         print(f"round {r + 1}:", {k: round(v[-1], 2) for k, v in res.items()}, flush=True)
     print("load average at end:", " ".join(open("/proc/loadavg").read().split()[:3]))
     for k, v in res.items():
-        print(f"{k}: median p50 {statistics.median(v):.2f} ms  rounds {[round(x, 2) for x in v]}")
+        print(f"{k}: median {a.stat} {statistics.median(v):.2f} ms  rounds {[round(x, 2) for x in v]}")
     labels = [s[0] for s in specs]
     if len(labels) >= 2:
         a0, b0 = labels[0], labels[1]

@@ -7,9 +7,9 @@
 #   bench/interference.sh [STEPS] [ROUNDS] [OUT.jsonl] [HOGS]   (defaults 600, 1, build/interference.jsonl,
 #                                                                "none cpu memory")
 #
-# Per precision, three ways to run: kiln's pool on all cores ("pool"), the same binary with
-# KILN_THREAD_POOL=openmp (every region an OpenMP fork-join with static shares: the scheduling kiln
-# had before its pool), and the engine built with `threads: 1` run on one thread ("threads1").
+# Per precision, three ways to run: kiln's pool on all cores ("pool": regions on OpenMP's team while
+# it is on time, else on kiln's workers), the same binary with KILN_THREAD_POOL=kiln (every region on
+# kiln's workers, "kiln-workers"), and the engine built with `threads: 1` run on one thread ("threads1").
 #
 # Needs build/ (scripts/build.sh) and the full-size export (models/export_models.py, see
 # models/README.md); builds the four engines once into build/engines/ (engine-build --no-bench).
@@ -37,8 +37,8 @@ for r in $(seq "$ROUNDS"); do
     for prec in f32 bf16; do
       $B/interference configs/incremental.yaml --engine "$B/engines/ct_$prec.engine" --steps "$STEPS" --hog "$hog" \
         --label "round$r $prec pool $OPTS" --json "$OUT" $OPTS
-      KILN_THREAD_POOL=openmp $B/interference configs/incremental.yaml --engine "$B/engines/ct_$prec.engine" --steps "$STEPS" \
-        --hog "$hog" --label "round$r $prec openmp $OPTS" --json "$OUT" $OPTS
+      KILN_THREAD_POOL=kiln $B/interference configs/incremental.yaml --engine "$B/engines/ct_$prec.engine" --steps "$STEPS" \
+        --hog "$hog" --label "round$r $prec kiln-workers $OPTS" --json "$OUT" $OPTS
       $B/interference configs/incremental.yaml --engine "$B/engines/ct_${prec}_t1.engine" --steps "$STEPS" --hog "$hog" --threads 1 \
         --label "round$r $prec threads1 $OPTS" --json "$OUT" $OPTS
     done

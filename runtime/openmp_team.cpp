@@ -92,6 +92,14 @@ bool probe_team(int threads) {
   return hi > 0 && 2 * lo >= hi;
 }
 
+// The team is late: regions run solo for the current solo time, which doubles.
+void go_solo(int64_t now) {
+  const int64_t solo = g_solo_ns.load(std::memory_order_relaxed);
+  g_solo_until_ns.store(now + solo, std::memory_order_relaxed);
+  g_next_probe_ns.store(now + solo, std::memory_order_relaxed);
+  g_solo_ns.store(std::min(solo * 2, kMaxSoloNs), std::memory_order_relaxed);
+}
+
 // True when the team is on time now (probing when the last verdict is due for renewal).
 bool team_on_time(int threads) {
   const int64_t now = now_ns();
@@ -106,15 +114,13 @@ bool team_on_time(int threads) {
   // than kLateJoinNs to wake on a VM; the first probe has woken it, so a second one tells a slow
   // wake-up from a core another process holds.
   const bool on_time = probe_team(threads) || probe_team(threads);
-  const int64_t end = now_ns(), solo = g_solo_ns.load(std::memory_order_relaxed);
+  const int64_t end = now_ns();
   g_probes.fetch_add(1, std::memory_order_relaxed);
   if (on_time) {
-    g_solo_ns.store(std::max(solo / 2, kFirstSoloNs), std::memory_order_relaxed);
+    g_solo_ns.store(std::max(g_solo_ns.load(std::memory_order_relaxed) / 2, kFirstSoloNs), std::memory_order_relaxed);
     g_next_probe_ns.store(end + kProbeEveryNs, std::memory_order_relaxed);
   } else {
-    g_solo_until_ns.store(end + solo, std::memory_order_relaxed);
-    g_next_probe_ns.store(end + solo, std::memory_order_relaxed);
-    g_solo_ns.store(std::min(solo * 2, kMaxSoloNs), std::memory_order_relaxed);
+    go_solo(end);
     g_late_probes.fetch_add(1, std::memory_order_relaxed);
   }
   g_probing.store(false, std::memory_order_release);
@@ -122,6 +128,11 @@ bool team_on_time(int threads) {
 }
 
 }  // namespace
+
+void report_late_openmp_team() {
+  if (!adaptive()) return;
+  go_solo(now_ns());
+}
 
 OpenmpRegionScope::OpenmpRegionScope() {
   if (!adaptive() || omp_in_parallel()) return;
@@ -139,5 +150,7 @@ OpenmpRegionScope::~OpenmpRegionScope() {
 OpenmpTeamStats openmp_team_stats() {
   return {g_probes.load(), g_late_probes.load(), g_solo_regions.load()};
 }
+
+bool impl_runs_on_openmp_team(std::string_view impl) { return impl.starts_with("onednn") && impl != "onednn_split"; }
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace kiln {
 
@@ -43,5 +44,17 @@ struct OpenmpTeamStats {
   uint64_t solo_regions = 0;  // regions sized to 1 thread because the team was late
 };
 OpenmpTeamStats openmp_team_stats();
+
+// A region just waited far too long for a worker (kiln's pool on OpenMP's team): the following
+// regions run solo, as after a late probe.
+void report_late_openmp_team();
+
+// Whether kernels of implementation `impl` run their work in OpenMP regions (oneDNN primitives for
+// the team) rather than on kiln's pool or inline. A run that switches between the two pays a
+// wake-up at each switch (the other system's worker went to sleep meanwhile), which no isolated
+// timing of one step sees; tactic refinement tries whole runs on one system (tactic_refinement.h).
+// By name: every oneDNN kernel's impl starts with "onednn"; "onednn_split" runs one-thread
+// primitives as chunks of kiln's pool.
+bool impl_runs_on_openmp_team(std::string_view impl);
 
 }  // namespace kiln

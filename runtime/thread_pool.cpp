@@ -1,5 +1,7 @@
 #include "runtime/thread_pool.h"
 
+#include "runtime/openmp_team.h"
+
 #include <immintrin.h>
 #include <omp.h>
 #include <linux/futex.h>
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace kiln {
@@ -38,6 +41,9 @@ constexpr int64_t kChunksPerThread = 8;
 // A worker that has not joined a region lasting this long was not running (its core was busy):
 // it is left out of regions for a while (backoff doubling from the first to the last figure).
 constexpr int64_t kLateNs = 1'000'000;
+// In OpenMP mode: the caller's wait at a region's end beyond which the team is taken to be late
+// (runtime/openmp_team.cpp's late join, kLateJoinNs).
+constexpr int64_t kLateRegionWaitNs = 200'000;
 constexpr int64_t kFirstBenchNs = 1'000'000, kMaxBenchNs = 64'000'000;
 
 thread_local bool t_in_region = false;
@@ -271,30 +277,63 @@ void ThreadPool::worker_main(int slot) {
   }
 }
 
-// KILN_THREAD_POOL=openmp runs every region as an OpenMP fork-join with static shares instead (the
-// scheduling kiln had before this pool), for A/B measurements in one binary (bench/interference.sh).
+// Regions run on OpenMP's team while it is on time (the default), or always on kiln's workers with
+// KILN_THREAD_POOL=kiln (for A/B measurements in one binary, and for TSan, which cannot see into
+// libgomp).
 static bool openmp_mode() {
   static const bool on = [] {
     const char* env = std::getenv("KILN_THREAD_POOL");
-    return env && std::string(env) == "openmp";
+    return !env || std::string(env) != "kiln";
   }();
   return on;
 }
 
+// One region on OpenMP's team of `team` threads: the work of a run then wakes one set of threads,
+// not two in turn (each switch between a step on kiln's workers and a oneDNN step, which runs on
+// OpenMP's team, found the other set asleep: a futex wake-up, tens of microseconds on a VM).
+void ThreadPool::run_openmp_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int team) {
+  const int64_t wanted = std::min<int64_t>({(n + grain - 1) / grain, int64_t{team} * kChunksPerThread, int64_t{UINT32_MAX}});
+  const int64_t chunk = (n + wanted - 1) / wanted;
+  std::atomic<int64_t> next{0};
+  const int64_t start = now_ns();
+  int64_t own_end = start, own_chunks = 0;
+  regions_.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel num_threads(team)
+  {
+    t_in_region = true;
+    const int slot = omp_get_thread_num();
+    // Chunks claimed one at a time: a thread that joins late finds its share taken.
+    int64_t mine = 0;
+    for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < n; ++mine) fn(ctx, b, std::min(n, b + chunk), slot);
+    if (slot == 0) {
+      own_end = now_ns();
+      own_chunks = mine;
+    }
+    t_in_region = false;
+  }
+  // The region's end barrier waits for every thread to arrive, even one with nothing left to do:
+  // a wait far longer than a chunk takes means a worker was not running (a co-tenant holds its
+  // core), and the next regions go to kiln's workers for a while, as after a late probe.
+  const int64_t chunk_ns = (own_end - start) / std::max<int64_t>(own_chunks, 1);
+  if (now_ns() - own_end >= std::max<int64_t>(kLateRegionWaitNs, 3 * chunk_ns)) {
+    late_workers_.fetch_add(1, std::memory_order_relaxed);
+    report_late_openmp_team();
+  }
+}
+
 void ThreadPool::run_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int max_slots) {
   if (n <= 0) return;
+  // OpenMP's team while it is on time (runtime/openmp_team.h), kiln's workers while it is late.
+  std::optional<OpenmpRegionScope> team_scope;
   if (openmp_mode() && !t_in_region && team_size_ > 1 && max_slots > 1 && n > grain) {
-    const int team = std::min(team_size_, max_slots);
-    regions_.fetch_add(1, std::memory_order_relaxed);
-#pragma omp parallel num_threads(team)
-    {
-      t_in_region = true;
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t b = n * t / nt, e = n * (t + 1) / nt;
-      if (b < e) fn(ctx, b, e, static_cast<int>(t));
-      t_in_region = false;
+    team_scope.emplace();
+    const int team = team_scope->solo() ? 1 : std::min({team_size_, max_slots, omp_get_max_threads()});
+    bool expected = false;
+    if (team > 1 && busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+      run_openmp_region(n, grain, fn, ctx, team);
+      busy_.store(false, std::memory_order_release);
+      return;
     }
-    return;
   }
   bool expected = false;
   if (team_size_ <= 1 || max_slots <= 1 || t_in_region || n <= grain || !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {

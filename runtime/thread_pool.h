@@ -1,14 +1,20 @@
 // kiln's thread pool: one per process, shared by every context, kernel and plugin step.
 //
-// Why not OpenMP's team: an OpenMP parallel region ends in a barrier that every thread of the team
-// must reach, so a worker the OS has descheduled (another process woke up on its core) stalls the
-// whole region until it runs again, a time slice later. A control-loop step makes hundreds of
-// regions, and each can pay that wait. Here a region is a set of chunks that threads claim one at
-// a time from a shared counter; the calling thread always takes part, and it waits only for chunks
-// some thread has already claimed. A worker that is late to wake finds no chunk left and goes back
-// to sleep: the caller has done its share. A worker seen late is left out of the next regions
-// (the team shrinks) and tried again after a while, so a busy core costs neither a stall per region
-// nor a wake-up per region.
+// Its regions run on OpenMP's team while that team is on time (runtime/openmp_team.h), so a run
+// wakes one set of threads: oneDNN's primitives run on that team too (Debian builds oneDNN on
+// OpenMP), and switching between two sets of threads found the other set asleep at each switch.
+// Chunks are claimed from a counter there as here. While the team is late, regions go to kiln's
+// own workers (KILN_THREAD_POOL=kiln: always).
+//
+// Why kiln's own workers at all: an OpenMP parallel region ends in a barrier that every thread of
+// the team must reach, so a worker the OS has descheduled (another process woke up on its core)
+// stalls the whole region until it runs again, a time slice later. A control-loop step makes
+// hundreds of regions, and each can pay that wait. Here a region is a set of chunks that threads
+// claim one at a time from a shared counter; the calling thread always takes part, and it waits
+// only for chunks some thread has already claimed. A worker that is late to wake finds no chunk
+// left and goes back to sleep: the caller has done its share. A worker seen late is left out of
+// the next regions (the team shrinks) and tried again after a while, so a busy core costs neither
+// a stall per region nor a wake-up per region.
 //
 // Small loops run on the calling thread (see LoopCost): a region costs a wake-up and a join, and a
 // loop cheaper than a few of those is faster alone; consecutive small steps therefore stay on one
@@ -115,6 +121,7 @@ class ThreadPool {
     (*static_cast<const F*>(ctx))(b, e, slot);
   }
   void run_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int max_slots);
+  void run_openmp_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int team);
   void start_workers();
   void stop_workers();
   void worker_main(int slot);

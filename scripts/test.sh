@@ -33,10 +33,11 @@ case "$SANITIZE" in
   "") ;;
   *thread*)
     # libgomp is not built with TSan, so OpenMP's own barriers would be reported: kiln's kernels
-    # run on kiln's thread pool (seen by TSan), OpenMP (oneDNN) on the calling thread alone.
+    # run on kiln's own workers (KILN_THREAD_POOL=kiln, seen by TSan), OpenMP (oneDNN) on the
+    # calling thread alone.
     # oneDNN is not built with TSan either: tests/sanitizers/tsan.supp says what is suppressed and why.
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
-    export OMP_NUM_THREADS=1 KILN_NUM_THREADS=2
+    export OMP_NUM_THREADS=1 KILN_NUM_THREADS=2 KILN_THREAD_POOL=kiln
     # The tests that run contexts on several threads (gtest suites named here).
     args=(-R '^(EngineConcurrency|Streaming|ThreadPool|ParallelFor|InferQueue)') ;;
   *)

@@ -22,7 +22,9 @@ inline void add_log_options(CLI::App& app, LogOptions& o) {
   app.footer("Environment: KILN_LOG_LEVEL=trace|debug|info|warn|error|off sets the log level (default info); "
              "KILN_PLUGIN_PATH=DIR[:DIR...] adds folders searched for an engine's plugin libraries; "
              "KILN_MAX_CPU_ISA=avx2|avx512_core|avx512_core_vnni|avx512_core_bf16|avx512_core_amx caps kiln's kernels (and oneDNN's "
-             "unless DNNL_MAX_CPU_ISA is set, which alone caps both) to the instruction sets of a smaller CPU.");
+             "unless DNNL_MAX_CPU_ISA is set, which alone caps both) to the instruction sets of a smaller CPU; "
+             "KILN_THREAD_POOL=kiln runs every parallel region on kiln's own workers (default: on OpenMP's team, oneDNN's, while "
+             "its threads are on time); KILN_OPENMP_TEAM=fixed|solo keeps OpenMP's team at its size / on one thread (A/B runs).");
 }
 
 // Names the log's lines after the tool ("[engine-build] ...") and applies --verbose / --quiet.

@@ -6,6 +6,7 @@
 
 #include "builder/plan/plan_winograd_layout.h"
 #include "runtime/execution_context.h"
+#include "runtime/openmp_team.h"
 
 namespace kiln {
 
@@ -54,6 +55,28 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<std::vector<std::string>> whole_run_picks(const std::vector<ContestedKey>& contested, const std::vector<std::string>& mix) {
+  std::vector<std::vector<std::string>> picks(2);
+  for (const auto& c : contested) {
+    picks[0].push_back(c.first);
+    picks[1].push_back(c.second);
+  }
+  auto consider = [&picks](std::vector<std::string> pick) {
+    if (std::find(picks.begin(), picks.end(), pick) == picks.end()) picks.push_back(std::move(pick));
+  };
+  consider(mix);
+  for (const bool team : {true, false}) {
+    std::vector<std::string> same = mix;
+    for (size_t k = 0; k < contested.size(); ++k) {
+      const ContestedKey& c = contested[k];
+      if (impl_runs_on_openmp_team(c.first) != impl_runs_on_openmp_team(c.second))
+        same[k] = impl_runs_on_openmp_team(c.first) == team ? c.first : c.second;
+    }
+    consider(std::move(same));
+  }
+  return picks;
+}
+
 Status refine_in_context(Plan& plan, std::vector<ContestedKey>& contested, const std::vector<Tensor>& inputs, const KernelRegistry& registry,
                          int rounds) {
   if (contested.empty()) return Status::Ok();
@@ -79,22 +102,26 @@ Status refine_in_context(Plan& plan, std::vector<ContestedKey>& contested, const
     c.chosen = c.second_ms < c.first_ms ? c.second : c.first;
     mix.push_back(c.chosen);
   }
-  if (mix != firsts && mix != seconds) {
-    // The per-step winners were measured next to other neighbours than they will have: the mix
-    // must also win as a whole, or the better of A and B stands.
-    KILN_ASSIGN_OR_RETURN(Variant m, make_variant(plan, contested, mix, inputs, registry));
-    a.run_ms.clear();
-    b.run_ms.clear();
-    for (int r = 0; r < rounds; ++r) {
-      KILN_RETURN_IF_ERROR(sample(a));
-      KILN_RETURN_IF_ERROR(sample(b));
-      KILN_RETURN_IF_ERROR(sample(m));
+  const std::vector<std::vector<std::string>> picks = whole_run_picks(contested, mix);
+  if (picks.size() > 2) {
+    std::vector<Variant> whole;
+    whole.push_back(std::move(a));
+    whole.push_back(std::move(b));
+    for (size_t i = 2; i < picks.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(Variant v, make_variant(plan, contested, picks[i], inputs, registry));
+      whole.push_back(std::move(v));
     }
-    const double ma = median(a.run_ms), mb = median(b.run_ms), mm = median(m.run_ms);
-    if (mm > ma || mm > mb) {
-      const std::vector<std::string>& whole = ma <= mb ? firsts : seconds;
-      for (size_t k = 0; k < contested.size(); ++k) contested[k].chosen = whole[k];
-    }
+    // A run's median over many rounds where runs are short (about 1.5 s in all), at least `rounds`.
+    const double run_ms = std::max(median(whole[0].run_ms), 1e-3);
+    const int whole_rounds = std::clamp(static_cast<int>(1500.0 / (run_ms * static_cast<double>(whole.size()))), rounds, 25);
+    for (auto& v : whole) v.run_ms.clear();
+    for (int r = 0; r < whole_rounds; ++r)
+      for (size_t i = 0; i < whole.size(); ++i) KILN_RETURN_IF_ERROR(sample(whole[(i + static_cast<size_t>(r)) % whole.size()]));
+    // The per-step mix stands unless another plan is faster as a whole.
+    size_t best = static_cast<size_t>(std::find(picks.begin(), picks.end(), mix) - picks.begin());
+    for (size_t i = 0; i < whole.size(); ++i)
+      if (median(whole[i].run_ms) < median(whole[best].run_ms)) best = i;
+    for (size_t k = 0; k < contested.size(); ++k) contested[k].chosen = whole[best].pick[k];
   }
   for (const auto& c : contested)
     for (size_t s : c.steps) plan.steps[s].impl = c.chosen;

@@ -12,9 +12,14 @@
 // key, all the steps sharing it together, takes at least kContestedMinShare of a run: whole runs
 // cannot resolve less, and cost seconds on a large transformer) are decided again inside the network: the plan runs with every contested step on
 // its isolated best (A) and on its runner-up (B), alternating, with per-step timing, and each
-// contested key takes the candidate with the smaller summed per-step median. When that mix is neither A nor B it is run against both
-// and kept only if its median run time is the smallest (a step's time can depend on its
-// neighbours' choices: the layout a value is kept in follows both ends' kernels).
+// contested key takes the candidate with the smaller summed per-step median. That mix is then
+// judged by whole runs against A, B and the plans with every contested key on one thread system
+// (whole_run_picks), and kept unless one of them has the smaller median run time. Per-step times
+// cannot judge these: a step's time depends on its neighbours' choices (the layout a value is kept
+// in follows both ends' kernels), and a step on kiln's pool between oneDNN steps makes the next
+// oneDNN step wake OpenMP's sleeping worker (and the other way round), a cost charged to whichever
+// step comes next, often one not contested (mnasnet0_5: its per-step mix of pool and oneDNN
+// convolutions ran 1.2x the time of the all-oneDNN and all-pool plans).
 #pragma once
 
 #include <string>
@@ -41,6 +46,11 @@ struct ContestedKey {
   double first_ms = 0, second_ms = 0;   // filled: summed per-step medians inside whole runs
   std::string chosen;                   // filled
 };
+
+// The plans whole runs judge, as one choice per contested key: A (every `first`), B (every
+// `second`), `mix`, and `mix` with every key whose sides run on different thread systems
+// (impl_runs_on_openmp_team) put on OpenMP's team, then on kiln's pool; without repeats.
+std::vector<std::vector<std::string>> whole_run_picks(const std::vector<ContestedKey>& contested, const std::vector<std::string>& mix);
 
 // Decides every entry of `contested` by whole runs of variants of `plan` on `inputs` (by plan
 // input index) and sets the steps' impls in `plan` to the choices. Each variant gets the layout

@@ -1,7 +1,8 @@
 // refine_in_context: contested keys are decided by per-step times inside whole runs. The cases use
 // the reference convolution (tens of times slower than oneDNN's) as one side, so the right answer
 // does not depend on timing noise: whichever side it was listed on, oneDNN wins; steps sharing a
-// key take one choice; and a per-step mix that is neither variant is run as a whole and kept.
+// key take one choice; a per-step mix that is neither variant is run as a whole and kept; and the
+// plans judged by whole runs include each thread system alone.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -10,6 +11,7 @@
 #include "builder/plan/build_plan.h"
 #include "onnx_model_builder.h"
 #include "builder/tactics/tactic_refinement.h"
+#include "runtime/openmp_team.h"
 
 namespace kiln {
 namespace {
@@ -95,6 +97,31 @@ TEST(TacticRefinement, AMixOfTheVariantsIsKeptWhenItWinsAsAWhole) {
   EXPECT_EQ(contested[0].chosen, "onednn");
   EXPECT_EQ(contested[1].chosen, "onednn");
   for (const char* s : {"a", "b", "c"}) EXPECT_EQ(p.steps[at.at(s)].impl, "onednn") << s;
+}
+
+TEST(TacticRefinement, WholeRunsAlsoTryEachThreadSystemAlone) {
+  // Key 0: oneDNN (OpenMP's team) against onednn_split (kiln's pool); key 1: depthwise_direct
+  // (pool) against onednn; key 2: two pool kernels. The per-step mix put keys 0 and 1 on the pool.
+  const std::vector<ContestedKey> contested{{{0}, "onednn", "onednn_split", 0, 0, ""},
+                                            {{1}, "depthwise_direct", "onednn", 0, 0, ""},
+                                            {{2}, "im2col_panel", "winograd_f4x3", 0, 0, ""}};
+  const std::vector<std::string> mix{"onednn_split", "depthwise_direct", "winograd_f4x3"};
+  const auto picks = whole_run_picks(contested, mix);
+  using Pick = std::vector<std::string>;
+  const std::vector<Pick> want{Pick{"onednn", "depthwise_direct", "im2col_panel"}, Pick{"onednn_split", "onednn", "winograd_f4x3"}, mix,
+                               Pick{"onednn", "onednn", "winograd_f4x3"}};  // all on the pool is the mix itself
+  EXPECT_EQ(picks, want);
+  // A mix equal to A adds only the one-system plans.
+  const auto from_a = whole_run_picks(contested, want[0]);
+  ASSERT_EQ(from_a.size(), 4u);
+  EXPECT_EQ(from_a[2], (Pick{"onednn", "onednn", "im2col_panel"}));
+  EXPECT_EQ(from_a[3], (Pick{"onednn_split", "depthwise_direct", "im2col_panel"}));
+}
+
+TEST(TacticRefinement, OnlyOnednnTeamKernelsCountAsOpenmp) {
+  for (const char* impl : {"onednn", "onednn_winograd", "onednn_bf16", "onednn_int8"}) EXPECT_TRUE(impl_runs_on_openmp_team(impl)) << impl;
+  for (const char* impl : {"onednn_split", "depthwise_direct", "im2col_panel", "panel", "reference", "winograd_f4x3"})
+    EXPECT_FALSE(impl_runs_on_openmp_team(impl)) << impl;
 }
 
 TEST(TacticRefinement, NothingContestedChangesNothing) {

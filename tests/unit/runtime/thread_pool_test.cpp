@@ -1,14 +1,20 @@
 // kiln's thread pool: every item runs exactly once, whoever runs it; regions from several threads
-// at once, nested loops, and a worker that is not running do not lose or repeat work or deadlock.
+// at once, nested loops, and a worker that is not running do not lose or repeat work or deadlock;
+// regions run on OpenMP's team until it is late. ctest runs this suite again on kiln's own workers
+// (KILN_THREAD_POOL=kiln: the kiln_workers_pool test).
 #include <gtest/gtest.h>
 
+#include <omp.h>
 #include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <chrono>
 #include <thread>
 #include <vector>
 
+#include "runtime/openmp_team.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -105,6 +111,57 @@ TEST(ThreadPool, ASlowChunkDoesNotLoseWork) {
       for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
     });
   expect_each_once(hits, 20);
+}
+
+bool kiln_workers_only() {
+  const char* env = std::getenv("KILN_THREAD_POOL");
+  return env && std::string(env) == "kiln";
+}
+
+// By default a region runs on OpenMP's team (the threads oneDNN's primitives run on), so a run
+// wakes one set of threads; a region whose end waited far longer than a chunk for a worker sends
+// the next regions to kiln's own workers, as a late probe would.
+TEST(ThreadPool, RegionsRunOnOpenmpsTeamUntilItIsLate) {
+  ThreadPool& pool = ThreadPool::global();
+  if (pool.max_threads() < 2 || omp_get_max_threads() < 2 || kiln_workers_only()) GTEST_SKIP() << "one thread, or KILN_THREAD_POOL=kiln";
+  std::atomic<int> in_openmp{0};
+  bool seen_openmp = false;
+  // The team may be judged late by a probe while ctest runs tests side by side: a few tries.
+  for (int attempt = 0; attempt < 20 && !seen_openmp; ++attempt) {
+    in_openmp.store(0);
+    pool.parallel_for(1 << 12, 1, [&](int64_t, int64_t, int) { in_openmp.fetch_add(omp_in_parallel() ? 1 : 0); });
+    seen_openmp = in_openmp.load() > 0;
+    if (!seen_openmp) std::this_thread::sleep_for(std::chrono::milliseconds(70));
+  }
+  ASSERT_TRUE(seen_openmp) << "no region ran on OpenMP's team";
+
+  // A worker's chunk that takes 10 ms while the caller's take 1 ms: the caller waits at the end.
+  bool late = false;
+  for (int attempt = 0; attempt < 20 && !late; ++attempt) {
+    const uint64_t before = pool.stats().late_workers;
+    std::atomic<bool> worker_ran{false};
+    pool.parallel_for(2, 1, [&](int64_t, int64_t, int slot) {
+      if (!omp_in_parallel()) return;
+      if (slot != 0) {
+        worker_ran.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+    });
+    if (!worker_ran.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(70));
+      continue;
+    }
+    late = pool.stats().late_workers > before;
+    ASSERT_TRUE(late) << "a 9 ms wait at the region's end was not taken for a late team";
+    in_openmp.store(0);
+    pool.parallel_for(1 << 12, 1, [&](int64_t, int64_t, int) { in_openmp.fetch_add(omp_in_parallel() ? 1 : 0); });
+    EXPECT_EQ(in_openmp.load(), 0) << "the region right after a late one still ran on OpenMP's team";
+  }
+  if (!late) GTEST_SKIP() << "OpenMP's worker never took a chunk (the machine is busy)";
 }
 
 // Reconfiguring restarts the workers with the new team size; pinning to a CPU that does not exist
