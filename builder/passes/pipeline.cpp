@@ -91,6 +91,13 @@ const std::vector<Pass>& pass_pipeline() {
        "attention's scale and mask), so every row of the scores is normalised while it is in cache; after "
        "elementwise_fusion, which builds that node",
        softmax_prologue_fusion},
+      {"nhwc_transpose_folding",
+       "keep NHWC the values a model moves between NCHW and NHWC with Transposes around its FusedConvs "
+       "(ConvNeXt's blocks, stem, downsampling and head: 46 Transposes in convnext_tiny), through the residual "
+       "adds, layer scales and GlobalAveragePool between them, so the Transposes vanish; after "
+       "conv_epilogue_fusion and elementwise_fusion, which create the FusedConvs and elementwise nodes it "
+       "reasons about, before conv_channels_last, which leaves these FusedConvs' layouts alone",
+       nhwc_transpose_folding},
       {"conv_channels_last",
        "keep the values flowing from FusedConv to FusedConv (through MaxPools and channel Concats) in oneDNN's "
        "computing layout on the build CPU (NHWC with AVX-512, nChw8c with AVX2), so no reorder runs between "
