@@ -19,7 +19,9 @@
 //   it would merely move FusedConvs from the layout conv_channels_last picks for the build CPU
 //   (nChw8c with AVX2) to NHWC.
 //
-// Runs before conv_channels_last, which leaves the FusedConvs given a layout here alone.
+// Runs after conv_epilogue_fusion (it needs the FusedConvs) and before elementwise_fusion, so that
+// matmul_scale_fusion sees the layer scale and residual Add right after their FusedMatMul, and before
+// conv_channels_last, which leaves the FusedConvs given a layout here alone.
 #include <map>
 #include <numeric>
 #include <set>

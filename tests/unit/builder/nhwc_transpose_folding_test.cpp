@@ -137,7 +137,8 @@ void expect_same(const Built& a, const Built& b, const std::string& what) {
   for (size_t i = 0; i < a.y.size(); ++i) EXPECT_NEAR(a.y[i], b.y[i], 1e-4 * (1.0 + std::abs(b.y[i]))) << what << ", element " << i;
 }
 
-const std::set<std::string> kUnfused = {"conv_epilogue_fusion", "matmul_epilogue_fusion", "elementwise_fusion", "nhwc_transpose_folding"};
+const std::set<std::string> kUnfused = {"conv_epilogue_fusion", "matmul_epilogue_fusion", "elementwise_fusion", "nhwc_transpose_folding",
+                                         "matmul_scale_fusion"};
 
 TEST(NhwcTransposeFolding, ConvNextTransposesVanishAndOutputsMatch) {
   auto g = convnext_like().import();
@@ -165,6 +166,8 @@ TEST(NhwcTransposeFolding, ConvNextTransposesVanishAndOutputsMatch) {
     EXPECT_EQ(attr_or(*producer(b, "x3"), "x_layout", "nchw"), "nhwc") << layout;
     EXPECT_EQ(attr_or(*producer(b, "x3"), "y_layout", "nchw"), "nhwc") << layout;
     EXPECT_EQ(attr_or(*producer(b, "pool"), "layout", "nchw"), "nhwc") << layout;
+    // With the Transposes gone matmul_scale_fusion takes each layer scale and residual add.
+    EXPECT_EQ(count_op(b, "FusedElementwise") + count_op(b, "Mul") + count_op(b, "Add"), 0) << layout;
     const Value& x1 = b.values[b.find_value("x1")];
     ASSERT_TRUE(x1.shape.has_value());
     EXPECT_EQ(sym_shape_str(*x1.shape), sym_shape_str(from_shape(Shape{kN, 6, 5, 12}))) << layout;
