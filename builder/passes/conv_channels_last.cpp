@@ -33,6 +33,7 @@
 #include <map>
 #include <set>
 
+#include "builder/passes/layout_ops.h"
 #include "builder/passes/pass.h"
 #include "runtime/cpu_features.h"
 
@@ -40,10 +41,8 @@ namespace kiln {
 
 namespace {
 
-bool is_2d_fused_conv(const Graph& g, const Node& n) {
-  return !n.removed && n.domain == kKilnDomain && n.op_type == "FusedConv" && n.inputs.size() >= 2 && n.inputs[1] >= 0 &&
-         g.values[n.inputs[1]].is_constant() && g.values[n.inputs[1]].constant.shape().rank() == 4;
-}
+// A 2-D FusedConv no earlier pass has given a layout (nhwc_transpose_folding's NHWC ones keep theirs).
+bool is_free_2d_fused_conv(const Graph& g, const Node& n) { return is_2d_fused_conv(g, n) && !fused_conv_has_layout(n); }
 
 // MaxPool (without the Indices output) or AveragePool over 2 spatial dims.
 bool is_2d_pool(const Node& n) {
@@ -62,55 +61,9 @@ bool is_channel_concat(const Graph& g, const Node& n) {
   return a != n.attrs.end() && (a->second.i == 1 || a->second.i == -3) && shape && shape->size() == 4;
 }
 
-// GlobalAveragePool of a 4-D value (squeeze-excitation's squeeze).
-bool is_2d_global_average_pool(const Graph& g, const Node& n) {
-  if (n.removed || !n.domain.empty() || n.op_type != "GlobalAveragePool" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
-  const auto& shape = g.values[n.outputs[0]].shape;
-  return shape && shape->size() == 4;
-}
-
-// An elementwise op whose kernel is blind to the layout when every input is in it: the inputs then
-// broadcast against each other in the layout's shapes exactly as in NCHW (a kept value's channels
-// are never a broadcast 1 in nChw8c, being a multiple of 8; NHWC moves C and keeps the others'
-// order). Squeeze-excitation's rescaling x * s, s of shape [N, C, 1, 1], is the case that matters.
-bool is_layout_blind_elementwise(const Graph& g, const Node& n) {
-  if (n.removed || n.outputs.size() != 1 || n.inputs.empty()) return false;
-  const auto& shape = g.values[n.outputs[0]].shape;
-  if (!shape || shape->size() != 4) return false;
-  if (n.domain == kKilnDomain && n.op_type == "FusedElementwise") {
-    auto norm = n.attrs.find("norm");
-    return norm == n.attrs.end() || norm->second.s == "none";
-  }
-  static const std::set<std::string> kOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid"};
-  return n.domain.empty() && kOps.count(n.op_type) > 0;
-}
-
-// A constant operand of a layout-blind elementwise op that varies at most along the channels of its
-// 4-D output: one value, or C values of shape [C, 1, 1] / [1, C, 1, 1] (BatchNormalization's scale
-// and shift, turned into a Mul and an Add by batchnorm_folding: DenseNet's pre-activation BN+ReLU
-// on each concatenation). It needs no layout of its own: the pass rewrites it into the layout's
-// broadcast shape (per_channel_in_layout).
-bool is_per_channel_constant(const Graph& g, int v, int64_t C) {
-  if (v < 0 || !g.values[v].is_constant()) return false;
-  const Tensor& t = g.values[v].constant;
-  const Shape& s = t.shape();
-  if (t.numel() == 1) return s.rank() <= 4;
-  if (t.numel() != C || s.rank() < 3 || s.rank() > 4) return false;
-  return s[s.rank() - 3] == C && s[s.rank() - 2] == 1 && s[s.rank() - 1] == 1;
-}
-
-// A per-channel constant's data in the shape that broadcasts the same way against the layout's
-// value: [C/8, 1, 1, 8] against [N, C/8, H, W, 8] (nChw8c keeps channel c at block c / 8, lane
-// c % 8: the same order), [C] against [N, H, W, C].
-Tensor per_channel_in_layout(const Tensor& t, bool blocked, int64_t block) {
-  const int64_t C = t.numel();
-  Tensor out = Tensor::zeros(t.dtype(), blocked ? Shape{C / block, 1, 1, block} : Shape{C});
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
-}
-
 // Nodes whose one output takes the layout of their inputs (and needs them all in it).
 bool is_layout_follower(const Graph& g, const Node& n) {
+  if (n.attrs.count("layout")) return false;  // an earlier layout pass's pool
   return is_2d_pool(n) || is_channel_concat(g, n) || is_2d_global_average_pool(g, n) || is_layout_blind_elementwise(g, n);
 }
 
@@ -128,7 +81,7 @@ std::map<int, int64_t> channel_counts(const Graph& g) {
     changed = false;
     for (const auto& n : g.nodes) {
       int64_t ch = -1;
-      if (is_2d_fused_conv(g, n)) {
+      if (is_free_2d_fused_conv(g, n)) {
         ch = g.values[n.inputs[1]].constant.shape()[0];
       } else if (is_2d_pool(n) || is_2d_global_average_pool(g, n)) {
         ch = known(n.inputs[0]);
@@ -166,7 +119,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
   // is always float32.
   std::set<int> kept;
   for (const auto& n : g.nodes) {
-    if (!is_2d_fused_conv(g, n) && !is_layout_follower(g, n)) continue;
+    if (!is_free_2d_fused_conv(g, n) && !is_layout_follower(g, n)) continue;
     const int v = n.outputs[0];
     if (outputs.count(v)) continue;
     if (blocked) {
@@ -177,7 +130,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
   }
   for (const auto& n : g.nodes) {
     if (n.removed) continue;
-    const bool conv = is_2d_fused_conv(g, n), follower = is_layout_follower(g, n);
+    const bool conv = is_free_2d_fused_conv(g, n), follower = is_layout_follower(g, n);
     for (size_t i = 0; i < n.inputs.size(); ++i)
       if (!(conv && (i == 0 || i == 3)) && !follower) kept.erase(n.inputs[i]);
   }
@@ -249,7 +202,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
         if (!is_per_channel_constant(g, v, out_channels(n)) || g.values[v].constant.numel() == 1) continue;
         auto it = constant_in_layout.find(v);
         if (it == constant_in_layout.end()) {
-          Tensor t = per_channel_in_layout(g.values[v].constant, blocked, kBlock);
+          Tensor t = per_channel_in_layout(g.values[v].constant, blocked ? kBlock : 0);
           const std::string name = g.unique_name(g.values[v].name + "_" + layout);
           it = constant_in_layout.emplace(v, g.add_constant(name, std::move(t))).first;
         }
@@ -260,7 +213,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
       n.attrs["axis"] = Attribute::Int(blocked ? 1 : 3);
       ++concats;
     }
-    if (!is_2d_fused_conv(g, n)) continue;
+    if (!is_free_2d_fused_conv(g, n)) continue;
     if (kept.count(n.inputs[0])) n.attrs["x_layout"] = Attribute::String(layout);
     if (n.inputs.size() > 3 && n.inputs[3] >= 0 && kept.count(n.inputs[3])) n.attrs["residual_layout"] = Attribute::String(layout);
     if (kept.count(n.outputs[0])) n.attrs["y_layout"] = Attribute::String(layout);

@@ -62,6 +62,8 @@ Status batchnorm_folding(Graph& g, PassContext& ctx);
 Status pool_before_pointwise_conv(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status softmax_prologue_fusion(Graph& g, PassContext& ctx);
+Status nhwc_transpose_folding(Graph& g, PassContext& ctx);
+Status matmul_scale_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);
 // The layout conv_channels_last keeps between convolutions on this machine (cpu_info(), capped by
 // KILN_MAX_CPU_ISA): "nhwc" with AVX-512, "nchw8c" without.

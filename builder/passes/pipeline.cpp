@@ -80,6 +80,20 @@ const std::vector<Pass>& pass_pipeline() {
        "(one oneDNN convolution with post-ops, weights prepacked once); after folding, which makes the weights "
        "constants, and after shape inference, which proves the residual needs no broadcasting",
        conv_epilogue_fusion},
+      {"nhwc_transpose_folding",
+       "keep NHWC the values a model moves between NCHW and NHWC with Transposes around its FusedConvs "
+       "(ConvNeXt's blocks, stem, downsampling and head: 46 Transposes in convnext_tiny), through the residual "
+       "adds, layer scales and GlobalAveragePool between them, so the Transposes vanish; after "
+       "conv_epilogue_fusion, which creates the FusedConvs, before matmul_scale_fusion, which then sees the "
+       "layer scale right after its matmul, and before conv_channels_last, which leaves these FusedConvs' "
+       "layouts alone",
+       nhwc_transpose_folding},
+      {"matmul_scale_fusion",
+       "fold a per-column constant Mul after a FusedMatMul without activation into its weights and bias, and "
+       "the residual Add after it into its epilogue (ConvNeXt's layer scale and residual: one pass over the "
+       "output instead of two); after nhwc_transpose_folding, which removes the Transpose between them, before "
+       "elementwise_fusion, which would fuse the Mul and Add",
+       matmul_scale_fusion},
       {"elementwise_fusion",
        "merge each tree of elementwise ops (activations, broadcasting arithmetic, comparisons, Where, Cast, Pow, "
        "and written-out LayerNorm/RMSNorm) whose inner values nothing else reads into one kiln::FusedElementwise "
