@@ -184,6 +184,11 @@ BENCHMARK(transpose_kt)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void softmax(benchmark::State& s) { run_op(s, "Softmax", {random(DType::kFloat32, kGpt, -4, 4, 1)}); }
 BENCHMARK(softmax)->Unit(benchmark::kMicrosecond);
+// Swin-T's shifted-window attention (its masked Softmax stays a step): rows of 49, windows x heads.
+const Shape kSwinStage3{4, 12, 49, 49}, kSwinStage1{64, 3, 49, 49};
+void softmax_window(benchmark::State& s, const Shape* shape) { run_op(s, "Softmax", {random(DType::kFloat32, *shape, -4, 4, 1)}); }
+BENCHMARK_CAPTURE(softmax_window, swin_stage3, &kSwinStage3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(softmax_window, swin_stage1, &kSwinStage1)->Unit(benchmark::kMicrosecond);
 
 void global_avg_pool(benchmark::State& s) { run_op(s, "GlobalAveragePool", {random(DType::kFloat32, kEff, -4, 4, 1)}); }
 BENCHMARK(global_avg_pool)->Unit(benchmark::kMicrosecond);
