@@ -29,6 +29,7 @@
 #include <climits>
 #include <string>
 
+#include "runtime/kernels/conv_activation_avx2.h"
 #include "runtime/kernels/conv_pixel_io.h"
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
@@ -88,20 +89,6 @@ inline void store(float* p, __m256i mask, V v) {
   else sv::storeu(p, v);
 }
 
-// The fused activation, from the same functions (runtime/simd/vec_math.inc) as the vector kernels
-// of runtime/kernels/vec_kernels.inc (ReLU and Clip pass NaN through).
-template <ConvAct A>
-inline V activate(V v, float alpha, float beta) {
-  if constexpr (A == ConvAct::kNone) return v;
-  else if constexpr (A == ConvAct::kRelu) return sv::relu(v);
-  else if constexpr (A == ConvAct::kSilu) return sv::silu(v);
-  else if constexpr (A == ConvAct::kSigmoid) return sv::sigmoid(v);
-  else if constexpr (A == ConvAct::kHardSwish) return sv::hardswish(v);
-  else if constexpr (A == ConvAct::kClip) return sv::clip(v, alpha, beta);
-  else if constexpr (A == ConvAct::kGeluErf) return sv::gelu_erf(v);
-  else return sv::gelu_tanh(v);
-}
-
 // Output columns [ow, ow + n) of row `oh` (n <= kCols) from the ring rows rows[i0 .. i1): kCols
 // accumulators over every tap (columns past n read the ring's zero padding and are dropped), then
 // residual and activation, one store each. kS, kK: the column stride and kernel width when 1 or 2
@@ -130,7 +117,7 @@ inline void output_block(const DwGeom& g, const DwJob& j, const float* const* ro
     if (u >= n) break;
     V v = acc[u];
     if constexpr (kRes) v = sv::add(v, load<kMasked>(j.r + oh * j.rh + (ow + u) * j.rw, mask));
-    store<kMasked>(yp + u * j.yw, mask, activate<A>(v, g.alpha, g.beta));
+    store<kMasked>(yp + u * j.yw, mask, conv_activate<A>(v, g.alpha, g.beta));
   }
 }
 
@@ -196,17 +183,7 @@ RowsFn rows_fn(bool masked, bool res, int64_t sw, int64_t kw) {
 }
 
 RowsFn pick_rows(ConvAct a, bool masked, bool res, int64_t sw, int64_t kw) {
-  switch (a) {
-    case ConvAct::kNone: return rows_fn<ConvAct::kNone>(masked, res, sw, kw);
-    case ConvAct::kRelu: return rows_fn<ConvAct::kRelu>(masked, res, sw, kw);
-    case ConvAct::kSilu: return rows_fn<ConvAct::kSilu>(masked, res, sw, kw);
-    case ConvAct::kSigmoid: return rows_fn<ConvAct::kSigmoid>(masked, res, sw, kw);
-    case ConvAct::kHardSwish: return rows_fn<ConvAct::kHardSwish>(masked, res, sw, kw);
-    case ConvAct::kClip: return rows_fn<ConvAct::kClip>(masked, res, sw, kw);
-    case ConvAct::kGeluErf: return rows_fn<ConvAct::kGeluErf>(masked, res, sw, kw);
-    case ConvAct::kGeluTanh: return rows_fn<ConvAct::kGeluTanh>(masked, res, sw, kw);
-  }
-  return nullptr;
+  return dispatch_conv_act(a, [&]<ConvAct A>() { return rows_fn<A>(masked, res, sw, kw); });
 }
 
 bool channels_inner(ConvLayout l) { return l != ConvLayout::kNchw; }

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <vector>
 
+#include "runtime/kernels/conv_activation_avx2.h"
 #include "runtime/kernels/conv_pixel_io.h"
 #include "runtime/kernels/fused_conv_common.h"
 #include "runtime/kernels/nn_common.h"
@@ -70,18 +71,6 @@ struct NchwDwJob {
   int64_t oh0, oh1;
   const float* buf;
 };
-
-template <ConvAct A>
-inline V activate(V v, float alpha, float beta) {
-  if constexpr (A == ConvAct::kNone) return v;
-  else if constexpr (A == ConvAct::kRelu) return sv::relu(v);
-  else if constexpr (A == ConvAct::kSilu) return sv::silu(v);
-  else if constexpr (A == ConvAct::kSigmoid) return sv::sigmoid(v);
-  else if constexpr (A == ConvAct::kHardSwish) return sv::hardswish(v);
-  else if constexpr (A == ConvAct::kClip) return sv::clip(v, alpha, beta);
-  else if constexpr (A == ConvAct::kGeluErf) return sv::gelu_erf(v);
-  else return sv::gelu_tanh(v);
-}
 
 // Output rows [oh, oh + R) at columns [ow, ow + 8 NV) of one plane. kS, kK: the stride and the
 // square kernel's side when the geometry is (1 or 2, 3 or 5) or (1, 7) in both directions (the tap
@@ -137,10 +126,10 @@ inline void output_block(const NchwDwGeom& g, const NchwDwJob& j, const V* wv, i
       V y = acc[r][v];
       if (full) {
         if constexpr (kRes) y = sv::add(y, sv::loadu(j.r + at));
-        sv::storeu(j.y + at, activate<A>(y, g.alpha, g.beta));
+        sv::storeu(j.y + at, conv_activate<A>(y, g.alpha, g.beta));
       } else {
         if constexpr (kRes) y = sv::add(y, sv::load_partial(j.r + at, lanes));
-        sv::store_partial(j.y + at, lanes, activate<A>(y, g.alpha, g.beta));
+        sv::store_partial(j.y + at, lanes, conv_activate<A>(y, g.alpha, g.beta));
       }
     }
 }
@@ -195,17 +184,7 @@ RowsFn rows_fn(bool res, int64_t s, int64_t k) {
 }
 
 RowsFn pick_rows(ConvAct a, bool res, int64_t s, int64_t k) {
-  switch (a) {
-    case ConvAct::kNone: return rows_fn<ConvAct::kNone>(res, s, k);
-    case ConvAct::kRelu: return rows_fn<ConvAct::kRelu>(res, s, k);
-    case ConvAct::kSilu: return rows_fn<ConvAct::kSilu>(res, s, k);
-    case ConvAct::kSigmoid: return rows_fn<ConvAct::kSigmoid>(res, s, k);
-    case ConvAct::kHardSwish: return rows_fn<ConvAct::kHardSwish>(res, s, k);
-    case ConvAct::kClip: return rows_fn<ConvAct::kClip>(res, s, k);
-    case ConvAct::kGeluErf: return rows_fn<ConvAct::kGeluErf>(res, s, k);
-    case ConvAct::kGeluTanh: return rows_fn<ConvAct::kGeluTanh>(res, s, k);
-  }
-  return nullptr;
+  return dispatch_conv_act(a, [&]<ConvAct A>() { return rows_fn<A>(res, s, k); });
 }
 
 // Input row `xr` (W floats) into buffer row `dst`. Strides 1 and 2 move 8 (16) input columns per
