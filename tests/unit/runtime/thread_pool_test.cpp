@@ -127,13 +127,16 @@ TEST(ThreadPool, RegionsRunOnOpenmpsTeamUntilItIsLate) {
   std::atomic<int> in_openmp{0};
   bool seen_openmp = false;
   // The team may be judged late by a probe while ctest runs tests side by side: a few tries.
+  const OpenmpTeamStats before = openmp_team_stats();
   for (int attempt = 0; attempt < 20 && !seen_openmp; ++attempt) {
     in_openmp.store(0);
     pool.parallel_for(1 << 12, 1, [&](int64_t, int64_t, int) { in_openmp.fetch_add(omp_in_parallel() ? 1 : 0); });
     seen_openmp = in_openmp.load() > 0;
     if (!seen_openmp) std::this_thread::sleep_for(std::chrono::milliseconds(70));
   }
-  ASSERT_TRUE(seen_openmp) << "no region ran on OpenMP's team";
+  // Over 1.4 s the probe has run again: only a late verdict excuses regions off the team.
+  if (!seen_openmp && openmp_team_stats().late_probes > before.late_probes) GTEST_SKIP() << "OpenMP's team was late throughout (a busy machine)";
+  ASSERT_TRUE(seen_openmp) << "no region ran on OpenMP's team, and its probe found it on time";
 
   // A worker's chunk that takes 10 ms while the caller's take 1 ms: the caller waits at the end.
   bool late = false;
