@@ -41,7 +41,7 @@ class OpenmpRegionScope {
 struct OpenmpTeamStats {
   uint64_t probes = 0;        // empty regions run to time the workers
   uint64_t late_probes = 0;   // probes whose workers joined too late (the team then shrank)
-  uint64_t solo_regions = 0;  // regions sized to 1 thread because the team was late
+  uint64_t solo_regions = 0;  // regions sized to 1 thread (oneDNN) or sent to kiln's workers (the pool) because the team was late
 };
 OpenmpTeamStats openmp_team_stats();
 

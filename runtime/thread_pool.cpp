@@ -1,7 +1,5 @@
 #include "runtime/thread_pool.h"
 
-#include "runtime/openmp_team.h"
-
 #include <immintrin.h>
 #include <omp.h>
 #include <linux/futex.h>
@@ -17,6 +15,8 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+
+#include "runtime/openmp_team.h"
 
 namespace kiln {
 
