@@ -250,6 +250,10 @@ void ThreadPool::worker_main(int slot) {
   Worker* self = workers_[slot - 1];
   prefault_stack();
   apply_thread_policy(options_.cpus.empty() ? -1 : options_.cpus[slot % options_.cpus.size()], options_.realtime, options_.realtime_priority);
+  // An OpenMP region opened on this thread (oneDNN code in a chunk) runs on it alone: with the
+  // default team size libgomp would give this thread a team of its own, a second set of spinning
+  // OpenMP threads beside the caller's team, on cores that are already busy.
+  omp_set_num_threads(1);
   self->started.store(true, std::memory_order_release);
   t_in_region = true;  // a kernel's own parallel_for inside a chunk runs inline
   uint32_t seen = self->joined_epoch.load();
