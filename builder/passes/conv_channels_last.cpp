@@ -148,23 +148,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx) {
   auto head_pool = [&](const Node& n) { return is_2d_global_average_pool(g, n) && kept.count(n.inputs[0]) && !kept.count(n.outputs[0]); };
   // A pool, Concat or elementwise op has one layout for its inputs and output: all kept or none
   // (which may undo others, hence the fixed point).
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& n : g.nodes) {
-      if (!is_layout_follower(g, n) || head_pool(n)) continue;
-      bool all = kept.count(n.outputs[0]) > 0, any = all;
-      for (int v : n.inputs) {
-        if (per_channel_operand(n, v)) continue;
-        all = all && v >= 0 && kept.count(v);
-        any = any || (v >= 0 && kept.count(v));
-      }
-      if (all || !any) continue;
-      for (int v : n.inputs)
-        if (v >= 0) kept.erase(v);
-      kept.erase(n.outputs[0]);
-      changed = true;
-    }
-  }
+  keep_followers_whole(g, kept, [&](const Node& n) { return is_layout_follower(g, n) && !head_pool(n); }, per_channel_operand);
   if (kept.empty()) return Status::Ok();
   int pools = 0, concats = 0, elementwise = 0, heads = 0;
   std::map<int, int> constant_in_layout;  // per-channel constant -> its copy in the layout's shape

@@ -55,4 +55,25 @@ Tensor per_channel_in_layout(const Tensor& t, int64_t block) {
   return out;
 }
 
+void keep_followers_whole(const Graph& g, std::set<int>& kept, const std::function<bool(const Node&)>& follows,
+                          const std::function<bool(const Node&, int)>& ignored) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& n : g.nodes) {
+      if (!follows(n)) continue;
+      bool all = kept.count(n.outputs[0]) > 0, any = all;
+      for (int v : n.inputs) {
+        if (ignored(n, v)) continue;
+        all = all && v >= 0 && kept.count(v);
+        any = any || (v >= 0 && kept.count(v));
+      }
+      if (all || !any) continue;
+      for (int v : n.inputs)
+        if (v >= 0) kept.erase(v);
+      kept.erase(n.outputs[0]);
+      changed = true;
+    }
+  }
+}
+
 }  // namespace kiln

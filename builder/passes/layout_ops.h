@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
 
 #include "builder/graph.h"
 
@@ -35,5 +37,13 @@ bool is_per_channel_constant(const Graph& g, int v, int64_t C);
 // value: [C/block, 1, 1, block] against [N, C/block, H, W, block] (nChw8c keeps channel c at block
 // c / 8, lane c % 8: the same order) when block > 0, [C] against [N, H, W, C] otherwise.
 Tensor per_channel_in_layout(const Tensor& t, int64_t block);
+
+// Makes `kept` (values to hold in a layout) whole at its followers: every node `follows` accepts
+// that has some but not all of its inputs and output kept loses them all, repeated until none is
+// left so (dropping one node's values can split another's). A follower computes in the layout only
+// when all its values are in it; `ignored(n, v)` operands (per-channel constants, rewritten to the
+// layout's broadcast shape) do not count.
+void keep_followers_whole(const Graph& g, std::set<int>& kept, const std::function<bool(const Node&)>& follows,
+                          const std::function<bool(const Node&, int)>& ignored);
 
 }  // namespace kiln

@@ -89,23 +89,7 @@ Status nhwc_transpose_folding(Graph& g, PassContext& ctx) {
       if (!(conv && (i == 0 || i == 3)) && !follower && !to_nhwc) kept.erase(n.inputs[i]);
   }
   // A follower's inputs and output are all kept or none.
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& n : g.nodes) {
-      if (!is_follower(g, n)) continue;
-      bool all = kept.count(n.outputs[0]) > 0, any = all;
-      for (int v : n.inputs) {
-        if (per_channel_operand(n, v)) continue;
-        all = all && v >= 0 && kept.count(v);
-        any = any || (v >= 0 && kept.count(v));
-      }
-      if (all || !any) continue;
-      for (int v : n.inputs)
-        if (v >= 0) kept.erase(v);
-      kept.erase(n.outputs[0]);
-      changed = true;
-    }
-  }
+  keep_followers_whole(g, kept, [&](const Node& n) { return is_follower(g, n); }, per_channel_operand);
   // Components joined by followers; keep those touching a Transpose.
   std::map<int, int> parent;
   for (int v : kept) parent[v] = v;
