@@ -205,10 +205,10 @@ void copy_row(const NchwDwGeom& g, const float* xr, float* dst) {
       const int64_t c = 2 * k;
       const __m256 a = c + 8 <= W ? sv::loadu(xr + c) : sv::load_partial(xr + c, W - c);
       const __m256 b = c + 16 <= W ? sv::loadu(xr + c + 8) : c + 8 < W ? sv::load_partial(xr + c + 8, W - c - 8) : sv::zero();
-      // a0 a2 b0 b2 | a4 a6 b4 b6, then 64-bit lanes 0 2 1 3: a0 a2 a4 a6 b0 b2 b4 b6.
-      const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
-      sv::storeu(ev + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
-      sv::storeu(od + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+      V e, o;
+      sv::deinterleave2(a, b, &e, &o);
+      sv::storeu(ev + k, e);
+      sv::storeu(od + k, o);
     }
   } else {
     for (int64_t q = 0; q < g.sw; ++q) {

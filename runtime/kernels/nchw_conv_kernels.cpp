@@ -34,6 +34,7 @@
 #include "runtime/kernels/nn_common.h"
 #include "runtime/kernels/vec_kernels.h"
 #include "runtime/openmp_team.h"
+#include "runtime/simd/vec_avx2.h"
 #include "runtime/thread_pool.h"
 #include "runtime/thread_scratch.h"
 
@@ -210,10 +211,10 @@ class NchwConvKernel final : public Kernel {
             int64_t k = 0;
             for (; 2 * k + 16 <= W; k += 8) {
               const __m256 a = _mm256_loadu_ps(xr + 2 * k), b = _mm256_loadu_ps(xr + 2 * k + 8);
-              // a0 a2 b0 b2 | a4 a6 b4 b6, then lanes 0 2 1 3 (of 64 bits): a0 a2 a4 a6 b0 b2 b4 b6.
-              const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
-              _mm256_storeu_ps(evens + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
-              _mm256_storeu_ps(odds + k, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+              __m256 e, o;
+              simd::avx2::deinterleave2(a, b, &e, &o);
+              _mm256_storeu_ps(evens + k, e);
+              _mm256_storeu_ps(odds + k, o);
             }
             for (; 2 * k < W; ++k) {
               evens[k] = xr[2 * k];
