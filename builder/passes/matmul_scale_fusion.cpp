@@ -1,13 +1,14 @@
 // matmul_scale_fusion: a FusedMatMul without activation followed by a Mul by a constant per-column
-// vector and then a residual Add (ConvNeXt's layer scale: x + gamma * Linear(...), once
+// vector (or scalar) and then a residual Add (ConvNeXt's layer scale: x + gamma * Linear(...), once
 // nhwc_transpose_folding has removed the Transpose between them) becomes one FusedMatMul:
 //   (A W + b) * gamma + r = A (W diag(gamma)) + b * gamma + r,
 // the scale folded into new copies of the weights and bias, the Add its residual. One pass over the
 // output instead of two. Exact up to the rounding of W * gamma (one float multiply per weight).
 //
 // Conditions: the FusedMatMul has constant float32 [K, N] weights, activation none, no residual and
-// no int8 scales; gamma is a float32 constant of N values varying along the last axis only (so the
-// Mul changes no shape); every intermediate value has one reader and is not a graph output. Without
+// no int8 scales; gamma is a float32 constant of N values varying along the last axis only, or one
+// value (an unfused attention's q * 1/sqrt(d) after the split projection), either way of a rank
+// that changes no shape; every intermediate value has one reader and is not a graph output. Without
 // a residual Add after the Mul, the Mul alone is folded.
 #include <set>
 
@@ -19,13 +20,16 @@ namespace {
 
 bool is_plain(const Node* n, const char* op) { return n && !n->removed && n->domain.empty() && n->op_type == op && n->attrs.empty(); }
 
-// gamma: N float32 values along the last axis of a rank-`rank` output (rank 0: unknown).
+// gamma: N float32 values along the last axis, or a single value, of a rank the Mul's rank-`rank`
+// output keeps (rank 0: unknown, then only rank 0 or 1).
 bool per_column(const Graph& g, int v, int64_t N, size_t rank) {
   if (v < 0 || !g.values[v].is_constant()) return false;
   const Tensor& t = g.values[v].constant;
   const Shape& s = t.shape();
-  if (t.dtype() != DType::kFloat32 || t.numel() != N || s.rank() < 1 || s[s.rank() - 1] != N) return false;
-  return rank == 0 ? s.rank() == 1 : static_cast<size_t>(s.rank()) <= rank;
+  if (t.dtype() != DType::kFloat32) return false;
+  const bool single = t.numel() == 1;
+  if (!single && (t.numel() != N || s.rank() < 1 || s[s.rank() - 1] != N)) return false;
+  return rank == 0 ? s.rank() <= 1 : static_cast<size_t>(s.rank()) <= rank;
 }
 
 int other(const Node& n, int v) {
@@ -71,15 +75,16 @@ Status matmul_scale_fusion(Graph& g, PassContext& ctx) {
     const int residual = is_plain(add, "Add") ? other(*add, mul->outputs[0]) : -1;
     if (residual >= 0 && g.values[residual].is_constant()) continue;  // a bias: not this pattern
     const float* gv = g.values[gamma].constant.as<float>();
+    const int64_t gstride = g.values[gamma].constant.numel() == 1 ? 0 : 1;
     Tensor ws = Tensor::zeros(DType::kFloat32, Shape{K, N});
     const float* wv = g.values[w].constant.as<float>();
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t n = 0; n < N; ++n) ws.as<float>()[k * N + n] = wv[k * N + n] * gv[n];
+      for (int64_t n = 0; n < N; ++n) ws.as<float>()[k * N + n] = wv[k * N + n] * gv[n * gstride];
     Node fused_node = f;
     fused_node.inputs[1] = g.add_constant(g.unique_name(g.values[w].name + "_scaled"), std::move(ws));
     if (bias >= 0) {
       Tensor bs = Tensor::copy_of(g.values[bias].constant.view());
-      for (int64_t n = 0; n < N; ++n) bs.as<float>()[n] *= gv[n];
+      for (int64_t n = 0; n < N; ++n) bs.as<float>()[n] *= gv[n * gstride];
       fused_node.inputs[2] = g.add_constant(g.unique_name(g.values[bias].name + "_scaled"), std::move(bs));
     }
     Node* last = mul;
@@ -97,7 +102,7 @@ Status matmul_scale_fusion(Graph& g, PassContext& ctx) {
     *last = std::move(fused_node);
     ++fused;
   }
-  if (fused) ctx.log.push_back("matmul_scale_fusion: " + std::to_string(fused) + " per-column scales (and residual Adds) folded into FusedMatMuls");
+  if (fused) ctx.log.push_back("matmul_scale_fusion: " + std::to_string(fused) + " per-column or scalar scales (and residual Adds) folded into FusedMatMuls");
   return Status::Ok();
 }
 

@@ -1,5 +1,5 @@
-// matmul_scale_fusion: a per-column Mul (and the residual Add after it) folded into the FusedMatMul
-// before it. Asserted on the graph (what folds, what must not) and run with the pass on, off and
+// matmul_scale_fusion: a per-column or scalar Mul (and the residual Add after it) folded into the
+// FusedMatMul before it. Asserted on the graph (what folds, what must not) and run with the pass on, off and
 // with the matmul fusion off, at awkward shapes (batch 2, 7x5 rows, 12 -> 19 columns).
 #include <gtest/gtest.h>
 
@@ -31,9 +31,15 @@ void init(OnnxModelBuilder& b, const std::string& name, std::vector<int64_t> dim
   b.initializer_f(name, std::vector<float>(t.as<float>(), t.as<float>() + t.numel()), dims);
 }
 
+// gamma's shape: [N]; [5, N] (varies along rows too); one value as [] or [1, 1, 1, 1]; or one value
+// as [1, 1, 1, 1, 1], which would make the rank-4 output rank 5.
+enum class Gamma { kColumns, kFull, kScalar, kScalarRank4, kScalarRank5 };
+
 struct Variant {
   const char* what;
-  bool bias, gelu, residual, full_gamma, shared_weight;
+  bool bias, gelu, residual;
+  Gamma gamma;
+  bool shared_weight;
   bool folds;
 };
 
@@ -45,8 +51,13 @@ OnnxModelBuilder model(const Variant& v) {
   init(b, "w", {kK, kN}, 1);
   init(b, "b", {kN}, 2);
   init(b, "w2", {kK, kN}, 3);
-  if (v.full_gamma) init(b, "gamma", {5, kN}, 4);
-  else init(b, "gamma", {kN}, 4);
+  switch (v.gamma) {
+    case Gamma::kColumns: init(b, "gamma", {kN}, 4); break;
+    case Gamma::kFull: init(b, "gamma", {5, kN}, 4); break;
+    case Gamma::kScalar: b.initializer_f("gamma", {0.125f}, {}); break;
+    case Gamma::kScalarRank4: b.initializer_f("gamma", {-0.3f}, {1, 1, 1, 1}); break;
+    case Gamma::kScalarRank5: b.initializer_f("gamma", {0.7f}, {1, 1, 1, 1, 1}); break;
+  }
   b.node("MatMul", {"x", "w"}, {"m"}, "m/MatMul");
   std::string cur = "m";
   if (v.bias) {
@@ -83,12 +94,15 @@ OnnxModelBuilder model(const Variant& v) {
 }
 
 const Variant kVariants[] = {
-    {"bias and residual", true, false, true, false, false, true},
-    {"no bias", false, false, true, false, false, true},
-    {"no residual", true, false, false, false, false, true},
-    {"weights shared with another MatMul", true, false, true, false, true, true},
-    {"an activation before the scale", true, true, true, false, false, false},
-    {"gamma varies along rows too", true, false, true, true, false, false},
+    {"bias and residual", true, false, true, Gamma::kColumns, false, true},
+    {"no bias", false, false, true, Gamma::kColumns, false, true},
+    {"no residual", true, false, false, Gamma::kColumns, false, true},
+    {"weights shared with another MatMul", true, false, true, Gamma::kColumns, true, true},
+    {"an activation before the scale", true, true, true, Gamma::kColumns, false, false},
+    {"gamma varies along rows too", true, false, true, Gamma::kFull, false, false},
+    {"a scalar gamma", true, false, false, Gamma::kScalar, false, true},
+    {"a scalar gamma of rank 4, then a residual", true, false, true, Gamma::kScalarRank4, false, true},
+    {"a scalar gamma that raises the rank", true, false, false, Gamma::kScalarRank5, false, false},
 };
 
 TEST(MatmulScaleFusion, FoldsWhereExactAndMatchesTheUnfusedGraph) {
