@@ -189,6 +189,28 @@ const Shape kSwinStage3{4, 12, 49, 49}, kSwinStage1{64, 3, 49, 49};
 void softmax_window(benchmark::State& s, const Shape* shape) { run_op(s, "Softmax", {random(DType::kFloat32, *shape, -4, 4, 1)}); }
 BENCHMARK_CAPTURE(softmax_window, swin_stage3, &kSwinStage3)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(softmax_window, swin_stage1, &kSwinStage1)->Unit(benchmark::kMicrosecond);
+// The shifted blocks' scores: torchvision adds -100 where query and key come from different
+// regions of a window the roll wrapped around (the last row and column of windows), so those rows
+// hold values near -100 below their max; exp of them is far below FLT_MIN.
+Tensor swin_shifted_scores(const Shape& shape) {
+  Tensor t = random(DType::kFloat32, shape, -4, 4, 1);
+  const int64_t windows = shape[0], heads = shape[1], g = static_cast<int64_t>(std::lround(std::sqrt(double(windows))));
+  const int64_t ws = 7, shift = 3, side = g * ws;
+  auto region = [&](int64_t p) { return p < side - ws ? 0 : p < side - shift ? 1 : 2; };
+  float* x = t.as<float>();
+  for (int64_t w = 0; w < windows; ++w)
+    for (int64_t i = 0; i < 49; ++i)
+      for (int64_t j = 0; j < 49; ++j) {
+        const int64_t wy = w / g * ws, wx = w % g * ws;
+        const int64_t ri = region(wy + i / ws) * 3 + region(wx + i % ws), rj = region(wy + j / ws) * 3 + region(wx + j % ws);
+        if (ri == rj) continue;
+        for (int64_t h = 0; h < heads; ++h) x[((w * heads + h) * 49 + i) * 49 + j] -= 100.0f;
+      }
+  return t;
+}
+void softmax_window_masked(benchmark::State& s, const Shape* shape) { run_op(s, "Softmax", {swin_shifted_scores(*shape)}); }
+BENCHMARK_CAPTURE(softmax_window_masked, swin_stage3, &kSwinStage3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(softmax_window_masked, swin_stage1, &kSwinStage1)->Unit(benchmark::kMicrosecond);
 
 void global_avg_pool(benchmark::State& s) { run_op(s, "GlobalAveragePool", {random(DType::kFloat32, kEff, -4, 4, 1)}); }
 BENCHMARK(global_avg_pool)->Unit(benchmark::kMicrosecond);
