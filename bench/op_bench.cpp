@@ -189,6 +189,57 @@ const Shape kSwinStage3{4, 12, 49, 49}, kSwinStage1{64, 3, 49, 49};
 void softmax_window(benchmark::State& s, const Shape* shape) { run_op(s, "Softmax", {random(DType::kFloat32, *shape, -4, 4, 1)}); }
 BENCHMARK_CAPTURE(softmax_window, swin_stage3, &kSwinStage3)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(softmax_window, swin_stage1, &kSwinStage1)->Unit(benchmark::kMicrosecond);
+// The shifted blocks' scores: torchvision adds -100 where query and key come from different
+// regions of a window the roll wrapped around (the last row and column of windows), so those rows
+// hold values near -100 below their max; exp of them is far below FLT_MIN.
+Tensor swin_shifted_scores(const Shape& shape) {
+  Tensor t = random(DType::kFloat32, shape, -4, 4, 1);
+  const int64_t windows = shape[0], heads = shape[1], g = static_cast<int64_t>(std::lround(std::sqrt(double(windows))));
+  const int64_t ws = 7, shift = 3, side = g * ws;
+  auto region = [&](int64_t p) { return p < side - ws ? 0 : p < side - shift ? 1 : 2; };
+  float* x = t.as<float>();
+  for (int64_t w = 0; w < windows; ++w)
+    for (int64_t i = 0; i < 49; ++i)
+      for (int64_t j = 0; j < 49; ++j) {
+        const int64_t wy = w / g * ws, wx = w % g * ws;
+        const int64_t ri = region(wy + i / ws) * 3 + region(wx + i % ws), rj = region(wy + j / ws) * 3 + region(wx + j % ws);
+        if (ri == rj) continue;
+        for (int64_t h = 0; h < heads; ++h) x[((w * heads + h) * 49 + i) * 49 + j] -= 100.0f;
+      }
+  return t;
+}
+void softmax_window_masked(benchmark::State& s, const Shape* shape) { run_op(s, "Softmax", {swin_shifted_scores(*shape)}); }
+BENCHMARK_CAPTURE(softmax_window_masked, swin_stage3, &kSwinStage3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(softmax_window_masked, swin_stage1, &kSwinStage1)->Unit(benchmark::kMicrosecond);
+
+// Swin-T's and ViT-B/16's data movement: the patch merging's Concat of four strided quarters
+// (features.4, [1, 14, 14, 192] x 4 along the channels), the shifted blocks' roll (a Slice pair
+// joined along W: [1, 28, 25, 192] + [1, 28, 3, 192]), the window reverse's Transpose and ViT's
+// patch-embedding Transpose ([1, 768, 196] -> [1, 196, 768]).
+void concat(benchmark::State& s, std::vector<Shape> shapes, int64_t axis) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < shapes.size(); ++i) in.push_back(random(DType::kFloat32, shapes[i], -4, 4, static_cast<uint32_t>(i + 1)));
+  AttrMap a;
+  a["axis"] = Attribute::Int(axis);
+  run_op(s, "Concat", std::move(in), a);
+}
+BENCHMARK_CAPTURE(concat, swin_merge4, std::vector<Shape>(4, Shape{1, 14, 14, 192}), 3)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(concat, swin_merge2, std::vector<Shape>(4, Shape{1, 28, 28, 96}), 3)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(concat, swin_roll_w, (std::vector<Shape>{{1, 28, 25, 192}, {1, 28, 3, 192}}), 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(concat, swin_roll_w1, (std::vector<Shape>{{1, 56, 53, 96}, {1, 56, 3, 96}}), 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+void transpose(benchmark::State& s, Shape shape, std::vector<int64_t> perm) {
+  AttrMap a;
+  a["perm"] = Attribute::Ints(perm);
+  run_op(s, "Transpose", {random(DType::kFloat32, shape, -4, 4, 1)}, a);
+}
+BENCHMARK_CAPTURE(transpose, vit_patches, Shape{1, 768, 196}, std::vector<int64_t>{0, 2, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(transpose, swin_window_reverse, Shape{1, 4, 4, 7, 7, 192}, std::vector<int64_t>{0, 1, 3, 2, 4, 5})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(transpose, swin_qkv, Shape{16, 49, 3, 6, 32}, std::vector<int64_t>{2, 0, 3, 1, 4})->Unit(benchmark::kMicrosecond)->UseRealTime();
+void residual_add(benchmark::State& s, Shape shape) {
+  run_op(s, "Add", {random(DType::kFloat32, shape, -4, 4, 1), random(DType::kFloat32, shape, -4, 4, 2)});
+}
+BENCHMARK_CAPTURE(residual_add, vit, Shape{1, 197, 768})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(residual_add, swin_stage1, Shape{1, 56, 56, 96})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void global_avg_pool(benchmark::State& s) { run_op(s, "GlobalAveragePool", {random(DType::kFloat32, kEff, -4, 4, 1)}); }
 BENCHMARK(global_avg_pool)->Unit(benchmark::kMicrosecond);

@@ -73,7 +73,43 @@ CASES.update({
                                       [inp([1, 32, 384]), inp([384], 0.5, 2), inp([384], -1, 1)], ""),
     f"BatchNormalization {EFF}": ("batchnorm", "BatchNormalization", {},
                                   [inp(EFF), inp([96], 0.5, 2), inp([96], -1, 1), inp([96], -1, 1), inp([96], 0.5, 2)], ""),
+    # Swin-T / ViT-B/16 (issue 19's zoo per-step check): window attention's Softmax, unmasked and with
+    # the shifted blocks' -100 region mask; the patch merging's and the roll's Concat; Transposes.
+    "Softmax(-1) [4,12,49,49] Swin stage 3": ("softmax_window/swin_stage3", "Softmax", {}, [inp([4, 12, 49, 49])], ""),
+    "Softmax(-1) [64,3,49,49] Swin stage 1": ("softmax_window/swin_stage1", "Softmax", {}, [inp([64, 3, 49, 49])], ""),
+    "Softmax(-1) [4,12,49,49] Swin stage 3, shifted mask": ("softmax_window_masked/swin_stage3", "Softmax", {},
+                                                            [inp([4, 12, 49, 49], "swin")], ""),
+    "Softmax(-1) [64,3,49,49] Swin stage 1, shifted mask": ("softmax_window_masked/swin_stage1", "Softmax", {},
+                                                            [inp([64, 3, 49, 49], "swin")], ""),
+    "Concat(3) 4 x [1,14,14,192] Swin merge": ("concat/swin_merge4/real_time", "Concat", {"axis": 3}, [inp([1, 14, 14, 192])] * 4, ""),
+    "Concat(3) 4 x [1,28,28,96] Swin merge": ("concat/swin_merge2/real_time", "Concat", {"axis": 3}, [inp([1, 28, 28, 96])] * 4, ""),
+    "Concat(2) [1,28,25,192] + [1,28,3,192] Swin roll": ("concat/swin_roll_w/real_time", "Concat", {"axis": 2},
+                                                         [inp([1, 28, 25, 192]), inp([1, 28, 3, 192])], ""),
+    "Concat(2) [1,56,53,96] + [1,56,3,96] Swin roll": ("concat/swin_roll_w1/real_time", "Concat", {"axis": 2},
+                                                       [inp([1, 56, 53, 96]), inp([1, 56, 3, 96])], ""),
+    "Transpose(0,2,1) [1,768,196] ViT patches": ("transpose/vit_patches/real_time", "Transpose", {"perm": [0, 2, 1]},
+                                                  [inp([1, 768, 196])], ""),
+    "Transpose(0,1,3,2,4,5) [1,4,4,7,7,192] Swin": ("transpose/swin_window_reverse/real_time", "Transpose",
+                                                    {"perm": [0, 1, 3, 2, 4, 5]}, [inp([1, 4, 4, 7, 7, 192])], ""),
+    "Transpose(2,0,3,1,4) [16,49,3,6,32] Swin qkv": ("transpose/swin_qkv/real_time", "Transpose", {"perm": [2, 0, 3, 1, 4]},
+                                                     [inp([16, 49, 3, 6, 32])], ""),
+    "Add [1,197,768] ViT residual": ("residual_add/vit/real_time", "Add", {}, [inp([1, 197, 768]), inp([1, 197, 768])], ""),
+    "Add [1,56,56,96] Swin residual": ("residual_add/swin_stage1/real_time", "Add", {}, [inp([1, 56, 56, 96]), inp([1, 56, 56, 96])], ""),
 })
+
+
+def swin_shifted_scores(shape, rng):
+    """Scores in [-4, 4) with Swin's shifted-window mask added (-100 across regions), as op_bench.cpp's."""
+    windows, heads = shape[0], shape[1]
+    g, ws, shift = int(round(windows ** 0.5)), 7, 3
+    side = g * ws
+    region = lambda p: 0 if p < side - ws else (1 if p < side - shift else 2)
+    x = rng.uniform(-4, 4, shape).astype(np.float32)
+    for w in range(windows):
+        wy, wx = w // g * ws, w % g * ws
+        rid = np.array([region(wy + i // ws) * 3 + region(wx + i % ws) for i in range(49)])
+        x[w] -= 100.0 * (rid[:, None] != rid[None, :]).astype(np.float32)[None]
+    return x
 
 
 def single_op_model(name, op, attrs, inputs, domain, path, data_dir):
@@ -88,7 +124,10 @@ def single_op_model(name, op, attrs, inputs, domain, path, data_dir):
             inits.append(numpy_helper.from_array(arr, n))
             continue
         graph_inputs.append(helper.make_tensor_value_info(n, dt, shape))
-        arr = (rng.uniform(-1, 1, shape) > 0) if dt == B else rng.uniform(lo, hi, shape).astype(np.float16 if dt == H else np.float32)
+        if lo == "swin":
+            arr = swin_shifted_scores(shape, rng)
+        else:
+            arr = (rng.uniform(-1, 1, shape) > 0) if dt == B else rng.uniform(lo, hi, shape).astype(np.float16 if dt == H else np.float32)
         p = os.path.join(data_dir, f"{n}.npy")
         np.save(p, arr)
         feeds.append((n, p))

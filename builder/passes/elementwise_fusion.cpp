@@ -408,6 +408,23 @@ std::optional<Node> compile_group(const Graph& g, const std::vector<int>& member
   return f;
 }
 
+// True when v's one reader is a float32 Softmax over the last axis and v is no graph output:
+// softmax_prologue_fusion (when on) joins that Softmax to the FusedElementwise computing v, so a
+// lone op there (a window attention's relative-position-bias Add) is worth a node of its own.
+bool feeds_prologue_softmax(const Graph& g, const Index& ix, const PassContext& ctx, int v) {
+  if (ctx.disabled.count("softmax_prologue_fusion") || ix.uses[v] != 1 || ix.consumers[v].size() != 1) return false;
+  for (int o : g.outputs)
+    if (o == v) return false;
+  const Node& sm = g.nodes[ix.consumers[v][0]];
+  if (!is(&sm, "Softmax") || sm.inputs.size() != 1 || sm.outputs.size() != 1) return false;
+  const Value& x = g.values[v];
+  if (x.dtype != DType::kFloat32 || !x.shape || x.shape->empty()) return false;
+  const int64_t rank = static_cast<int64_t>(x.shape->size());
+  auto it = sm.attrs.find("axis");
+  const int64_t axis = it != sm.attrs.end() ? it->second.i : (g.opset >= 13 ? -1 : 1);
+  return axis == -1 || axis == rank - 1;
+}
+
 }  // namespace
 
 Status elementwise_fusion(Graph& g, PassContext& ctx) {
@@ -449,7 +466,7 @@ Status elementwise_fusion(Graph& g, PassContext& ctx) {
         }
       }
     }
-    if (members.size() < 2 && !is_norm_seed(root)) continue;
+    if (members.size() < 2 && !is_norm_seed(root) && !feeds_prologue_softmax(g, ix, ctx, root.outputs[0])) continue;
     std::sort(members.begin(), members.end());
     std::optional<Node> f = compile_group(g, members, r);
     if (!f) continue;

@@ -60,6 +60,7 @@ Status matmul_epilogue_fusion(Graph& g, PassContext& ctx);
 Status conv_epilogue_fusion(Graph& g, PassContext& ctx);
 Status batchnorm_folding(Graph& g, PassContext& ctx);
 Status pool_before_pointwise_conv(Graph& g, PassContext& ctx);
+Status unit_reshape_unwrap(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status softmax_prologue_fusion(Graph& g, PassContext& ctx);
 Status nhwc_transpose_folding(Graph& g, PassContext& ctx);

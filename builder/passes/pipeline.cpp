@@ -94,6 +94,11 @@ const std::vector<Pass>& pass_pipeline() {
        "output instead of two); after nhwc_transpose_folding, which removes the Transpose between them, before "
        "elementwise_fusion, which would fuse the Mul and Add",
        matmul_scale_fusion},
+      {"unit_reshape_unwrap",
+       "run an Add/Sub/Mul/Div of a constant found between a Reshape adding leading 1-dims and one dropping them "
+       "(Swin's shifted-window mask) on the unreshaped value, the constant's leading 1-dims dropped; before "
+       "elementwise_fusion, which then joins it with the ops around it",
+       unit_reshape_unwrap},
       {"elementwise_fusion",
        "merge each tree of elementwise ops (activations, broadcasting arithmetic, comparisons, Where, Cast, Pow, "
        "and written-out LayerNorm/RMSNorm) whose inner values nothing else reads into one kiln::FusedElementwise "

@@ -15,6 +15,7 @@
 
 #include "runtime/kernels/elementwise_common.h"
 #include "runtime/kernels/fused_elementwise.h"
+#include "runtime/kernels/softmax_row.h"
 #include "runtime/kernels/vec_kernels.h"
 #include "runtime/thread_pool.h"
 
@@ -104,6 +105,22 @@ class FusedElementwiseKernel final : public Kernel {
     // exponential-based function (runtime/simd/vec_math.inc: 0.3-0.7 ns an element on AVX2), two
     // dozen per Pow of a tensor exponent.
     program_flops_ = 1.0;
+    // A program adding up its inputs, each once, and nothing else (Swin's scores + bias + mask).
+    sum_program_ = softmax_ && norm_ == Norm::kNone && imm_.empty() && !prog_.empty() && num_inputs >= 1 &&
+                   num_inputs <= kMaxInputs && static_cast<int>(prog_.size()) == num_inputs - 1;
+    {
+      std::vector<int> reads(static_cast<size_t>(std::max(num_regs, num_inputs)), 0);
+      for (const Instr& i : prog_) {
+        if (!sum_program_) break;
+        sum_program_ = i.op == fused::kBinaryBase + static_cast<int>(vec::Binary::kAdd) && i.a >= 0 && i.b >= 0 &&
+                       i.a < static_cast<int>(reads.size()) && i.b < static_cast<int>(reads.size());
+        if (sum_program_) ++reads[static_cast<size_t>(i.a)], ++reads[static_cast<size_t>(i.b)];
+      }
+      for (int k = 0; k < num_inputs && sum_program_; ++k) sum_program_ = reads[static_cast<size_t>(k)] == 1;
+      // Every intermediate sum read once too, so the result holds each input once.
+      for (size_t j = 0; j + 1 < prog_.size() && sum_program_; ++j)
+        sum_program_ = prog_[j].dst >= 0 && prog_[j].dst < static_cast<int>(reads.size()) && reads[static_cast<size_t>(prog_[j].dst)] == 1;
+    }
     for (const Instr& i : prog_) {
       const int op = i.op;
       const bool transcendental =
@@ -154,8 +171,29 @@ class FusedElementwiseKernel final : public Kernel {
       return Status::Ok();
     }
     if (softmax_) {
+      bool sum_rows = sum_program_;  // and every input float32 along the row
+      for (int k = 0; k < ni_ && sum_rows; ++k) sum_rows = in[k].dtype == DType::kFloat32 && w.strides[k][w.rank - 1] == 1;
+      // A chunk of rows walks its input offsets like an odometer: per-row index arithmetic (a
+      // division per dim and input) cost as much as the work on Swin's rows of 49.
       const double d = static_cast<double>(inner);
-      parallel_for_each(rows, LoopCost{bytes * d, (flops + 30.0) * d}, [&](int64_t r) { softmax_row(t, w, in, y, r); });
+      ThreadPool::global().parallel_for(rows, LoopCost{bytes * d, (flops + 30.0) * d}, [&](int64_t r0, int64_t r1, int) {
+        Scratch s;
+        int64_t off[kMaxInputs], idx[kMaxRank] = {};
+        w.row_offsets(r0, ni_, off);
+        for (int64_t q = r0, dd = w.rank - 2; dd >= 0; --dd) {
+          idx[dd] = q % w.dims[dd];
+          q /= w.dims[dd];
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+          softmax_row(t, w, in, y + r * inner, off, s, sum_rows);
+          for (int dd = w.rank - 2; dd >= 0; --dd) {
+            for (int k = 0; k < ni_; ++k) off[k] += w.strides[k][dd];
+            if (++idx[dd] < w.dims[dd]) break;
+            for (int k = 0; k < ni_; ++k) off[k] -= w.strides[k][dd] * w.dims[dd];
+            idx[dd] = 0;
+          }
+        }
+      });
       return Status::Ok();
     }
     const int64_t per_row = (inner + kBlock - 1) / kBlock, items = rows * per_row;
@@ -319,26 +357,39 @@ class FusedElementwiseKernel final : public Kernel {
 
   // One row of the last axis: the program block by block into y, then the Softmax over the row in
   // place while it is still in cache (the unfused attention's scale and mask, then its Softmax).
-  // As the Softmax kernel: y = exp(x - max) / sum; a row holding NaN (or only -inf) comes out NaN.
-  void softmax_row(const vec::Table& t, const Walk& w, std::span<const TensorView> in, float* y, int64_t r) const {
-    Scratch s;
+  // The Softmax kernel's row (softmax_row.h): a row holding NaN (or only -inf) comes out NaN.
+  void softmax_row(const vec::Table& t, const Walk& w, std::span<const TensorView> in, float* row, const int64_t* off,
+                   Scratch& s, bool sum_rows) const {
     const int64_t D = w.inner();
-    int64_t off[kMaxInputs];
-    w.row_offsets(r, ni_, off);
-    float* row = y + r * D;
+#ifdef KILN_REDUCTION_AVX2
+    if (sum_rows && D >= 8) {
+      // Scores plus bias and mask, all read along the row: the sum and its max in one pass.
+      const float* src[kMaxInputs];
+      for (int k = 0; k < ni_; ++k) src[k] = in[k].as<const float>() + off[k];
+      auto sum8 = [&](int64_t i) {
+        __m256 v = _mm256_loadu_ps(src[0] + i);
+        for (int k = 1; k < ni_; ++k) v = _mm256_add_ps(v, _mm256_loadu_ps(src[k] + i));
+        return v;
+      };
+      const int64_t last = D - 8;
+      __m256 vm = sum8(last);
+      const __m256 tail = vm;
+      for (int64_t i = 0; i < (D & ~int64_t{7}); i += 8) {
+        const __m256 v = sum8(i);
+        _mm256_storeu_ps(row + i, v);
+        vm = _mm256_max_ps(vm, v);
+      }
+      _mm256_storeu_ps(row + last, tail);
+      softmax_row_with_max_f32(row, D, hmax8(vm));
+      return;
+    }
+#endif
     for (int64_t b = 0; b < D; b += kBlock) {
       const int64_t n = std::min(kBlock, D - b);
       bind_inputs(w, in, off, b, n, s);
       execute(t, s, n, row + b);
     }
-    float m = 0;
-    if (!t.row_extreme(row, D, true, &m)) m = __builtin_nanf("");
-    t.binary[static_cast<int>(vec::Binary::kSub)](row, 1, &m, 0, row, D);
-    t.unary[static_cast<int>(vec::Unary::kExp)](row, row, D, vec::Params{});
-    float sum = 0, sq = 0;
-    t.sum(row, D, &sum, &sq);
-    const float inv = 1.0f / sum;
-    t.binary[static_cast<int>(vec::Binary::kMul)](row, 1, &inv, 0, row, D);
+    softmax_row_f32(row, row, D, false);
   }
 
   int first_temp() const { return ni_ + static_cast<int>(imm_.size()); }
@@ -349,6 +400,7 @@ class FusedElementwiseKernel final : public Kernel {
   Norm norm_;
   float eps_;
   bool softmax_;
+  bool sum_program_ = false;  // see the constructor
   int ni_, nregs_;
   double program_flops_ = 1.0;
 };

@@ -5,6 +5,7 @@
 
 #include "runtime/kernel.h"
 #include "runtime/kernels/reduction_common.h"
+#include "runtime/kernels/softmax_row.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln {
@@ -12,59 +13,13 @@ namespace {
 
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
-// The transformer hot path: float32 rows along the contiguous last axis. One pass for the max,
-// one for exp and the sum, one to scale; AVX2 for the body of each pass when compiled for it.
-// Rows are spread over kiln's pool, not an OpenMP team: an OpenMP region waits at its barrier for
-// a descheduled thread, which on a shared machine cost milliseconds per call.
+// The transformer hot path: float32 rows along the contiguous last axis (runtime/kernels/
+// softmax_row.h). Rows are spread over kiln's pool, not an OpenMP team: an OpenMP region waits at
+// its barrier for a descheduled thread, which on a shared machine cost milliseconds per call.
 void softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n, bool log) {
   ThreadPool::global().parallel_for(rows, LoopCost{8.0 * static_cast<double>(n), 12.0 * static_cast<double>(n)},
                                     [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      float* yr = y + r * n;
-      int64_t i = 0;
-      float m = -INFINITY;
-#ifdef KILN_REDUCTION_AVX2
-      const int64_t n8 = n & ~int64_t{7};
-      if (n8) {
-        __m256 vm = _mm256_set1_ps(-INFINITY);
-        for (; i < n8; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(xr + i));
-        m = hmax8(vm);
-      }
-#endif
-      for (; i < n; ++i) m = std::max(m, xr[i]);
-      // NaN inputs make the sum NaN, so the whole row comes out NaN, as in numpy.
-      float s = 0.0f;
-      i = 0;
-#ifdef KILN_REDUCTION_AVX2
-      const __m256 vmax = _mm256_set1_ps(m);
-      __m256 vs = _mm256_setzero_ps();
-      for (; i < n8; i += 8) {
-        const __m256 e = fast_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmax));
-        if (!log) _mm256_storeu_ps(yr + i, e);
-        vs = _mm256_add_ps(vs, e);
-      }
-      s = hsum8(vs);
-#endif
-      for (; i < n; ++i) {
-        const float e = fast_expf(xr[i] - m);
-        if (!log) yr[i] = e;
-        s += e;
-      }
-      if (log) {
-        const float ls = std::log(s);
-        for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
-      } else {
-        const float inv = 1.0f / s;
-        int64_t j = 0;
-#ifdef KILN_REDUCTION_AVX2
-        // Explicit: the compiler leaves this loop scalar, and it was most of the kernel's time.
-        const __m256 vinv = _mm256_set1_ps(inv);
-        for (; j < n8; j += 8) _mm256_storeu_ps(yr + j, _mm256_mul_ps(_mm256_loadu_ps(yr + j), vinv));
-#endif
-        for (; j < n; ++j) yr[j] *= inv;
-      }
-    }
+    for (int64_t r = r0; r < r1; ++r) softmax_row_f32(x + r * n, y + r * n, n, log);
   });
 }
 

@@ -64,9 +64,10 @@ Result run(const OnnxModelBuilder& b, const std::vector<Input>& inputs, std::set
 }
 
 // Runs with the pass and without; outputs agree. Returns {with, without}.
-std::pair<Result, Result> check_on_off(const OnnxModelBuilder& b, const std::vector<Input>& inputs) {
+std::pair<Result, Result> check_on_off(const OnnxModelBuilder& b, const std::vector<Input>& inputs,
+                                       std::set<std::string> off_passes = {"softmax_prologue_fusion"}) {
   Result on = run(b, inputs, {});
-  Result off = run(b, inputs, {"softmax_prologue_fusion"});
+  Result off = run(b, inputs, std::move(off_passes));
   EXPECT_EQ(on.y.size(), off.y.size());
   for (size_t i = 0; i < on.y.size() && i < off.y.size(); ++i) EXPECT_NEAR(on.y[i], off.y[i], 1e-6) << "element " << i;
   return {on, off};
@@ -138,6 +139,72 @@ TEST(SoftmaxPrologueFusion, ScoresReadElsewhereOrAnotherAxisStaySeparate) {
     if (variant == 0) b.output("masked");  // the scores leave the graph too
     const auto [on, off] = check_on_off(b, {{"s", Shape{2, 7, 11}, values(154, 5)}});
     EXPECT_EQ(on.softmax_steps, 1u) << "variant " << variant;
+    EXPECT_EQ(on.steps, off.steps) << "variant " << variant;
+  }
+}
+
+// Swin's window attention: scores + relative-position bias [1, H, N, N], and in the shifted blocks
+// the region mask added through Reshapes to [1, W, H, N, N] and back (unit_reshape_unwrap takes the
+// Add out of them): one FusedElementwise step with the Softmax, against the unfused graph (all three
+// passes off) and each pass off alone. N = 13 (rows across no vector multiple), masked entries -100
+// (exp far below FLT_MIN), W = 6 windows, H = 3 heads.
+TEST(SoftmaxPrologueFusion, SwinBiasAndShiftedMaskThroughReshapesIsOneStep) {
+  const int64_t W = 6, H = 3, N = 13;
+  for (bool shifted : {false, true}) {
+    OnnxModelBuilder b;
+    b.input("s", DType::kFloat32, {W, H, N, N});
+    b.initializer_f("bias", values(H * N * N, 7, -2, 2), {1, H, N, N});
+    std::vector<float> mask(static_cast<size_t>(W * N * N), 0.0f);
+    for (size_t i = 0; i < mask.size(); ++i)
+      if ((i * 7919) % 5 == 1 && i % static_cast<size_t>(N) != 0) mask[i] = -100.0f;  // column 0 never masked
+    b.initializer_f("mask", mask, {1, W, 1, N, N});
+    b.initializer("wide", {1, W, H, N, N}, {5});
+    b.initializer("narrow", {-1, H, N, N}, {4});
+    b.node("Add", {"s", "bias"}, {"biased"});
+    if (shifted) {
+      b.node("Reshape", {"biased", "wide"}, {"w5"});
+      b.node("Add", {"w5", "mask"}, {"m5"});
+      b.node("Reshape", {"m5", "narrow"}, {"scores"});
+    } else {
+      b.node("Identity", {"biased"}, {"scores"});
+    }
+    b.node("Softmax", {"scores"}, {"y"}).add_attribute()->CopyFrom(int_attr("axis", -1));
+    b.output("y");
+    const std::vector<Input> in = {{"s", Shape{W, H, N, N}, values(W * H * N * N, 8, -6, 6)}};
+    const auto [on, off] =
+        check_on_off(b, in, {"softmax_prologue_fusion", "elementwise_fusion", "unit_reshape_unwrap"});
+    EXPECT_EQ(on.steps, 1u) << "shifted " << shifted;
+    EXPECT_EQ(on.softmax_steps, 0u);
+    EXPECT_EQ(off.softmax_steps, 1u);
+    EXPECT_EQ(off.steps, shifted ? 5u : 2u);
+    for (const char* pass : {"softmax_prologue_fusion", "elementwise_fusion", "unit_reshape_unwrap"}) {
+      const auto [on1, off1] = check_on_off(b, in, {pass});
+      EXPECT_GT(off1.steps, shifted || std::string(pass) != "unit_reshape_unwrap" ? 1u : 0u) << pass;
+    }
+  }
+}
+
+// The Reshape pair stays where the wide value is read elsewhere too, or where the second Reshape
+// does not restore the first one's input shape.
+TEST(SoftmaxPrologueFusion, UnitReshapesStayWhenNotASandwich) {
+  const int64_t W = 4, H = 2, N = 9;
+  for (int variant : {0, 1}) {
+    OnnxModelBuilder b;
+    b.input("s", DType::kFloat32, {W, H, N, N});
+    b.initializer_f("mask", values(W * N * N, 9, -1, 0), {1, W, 1, N, N});
+    b.initializer("wide", {1, W, H, N, N}, {5});
+    b.initializer("narrow", variant == 1 ? std::vector<int64_t>{W * H, 1, N, N} : std::vector<int64_t>{W, H, N, N}, {4});
+    b.node("Reshape", {"s", "wide"}, {"w5"});
+    b.node("Add", {"w5", "mask"}, {"m5"});
+    b.node("Reshape", {"m5", "narrow"}, {"scores"});
+    b.node("Softmax", {"scores"}, {"y"});
+    b.output("y");
+    if (variant == 0) b.output("w5");
+    const std::vector<Input> in = {{"s", Shape{W, H, N, N}, values(W * H * N * N, 10)}};
+    const Result on = run(b, in, {});
+    const Result off = run(b, in, {"unit_reshape_unwrap"});
+    ASSERT_EQ(on.y.size(), off.y.size());
+    for (size_t i = 0; i < on.y.size(); ++i) EXPECT_NEAR(on.y[i], off.y[i], 1e-6) << i;
     EXPECT_EQ(on.steps, off.steps) << "variant " << variant;
   }
 }

@@ -138,6 +138,53 @@ TEST(SoftmaxKernels, LongRowsMatchDoubleReference) {
   }
 }
 
+// Swin's shifted-window rows: -100 added to the scores of other regions, so exp(x - max) lands in
+// [e^-104, e^-87], below FLT_MIN. The kernel gives 0 there (the exact value is < 1.7e-38); every
+// other output matches a double reference. Row widths around the vector width and its tail, enough
+// rows to be split over threads, and an all -inf row (NaN, as in numpy).
+TEST(SoftmaxKernels, MaskedRowsFlushBelowFloatRangeAtAwkwardWidths) {
+  for (int n : {1, 3, 7, 8, 9, 15, 16, 17, 49, 50, 63}) {
+    const int rows = 2003;
+    std::vector<float> v(static_cast<size_t>(rows) * n);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < n; ++i) {
+        float x = static_cast<float>(std::fmod((r * 131 + i * 7) * 0.173, 8.0) - 4.0);
+        // Masked where (r + i) % 3 == 1, never the row's first entry, so some entry stays unmasked.
+        if (i > 0 && (r + i) % 3 == 1) x -= (r % 5 == 0) ? 83.0f : 100.0f;
+        v[static_cast<size_t>(r) * n + i] = x;
+      }
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; ++i) v[static_cast<size_t>(rows - 1) * n + i] = ninf;  // all masked
+    auto r = run1("Softmax", {}, {F(v, {rows, n})});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const float* y = (*r)[0].as<float>();
+    for (int row = 0; row < rows - 1; ++row) {
+      const float* x = &v[static_cast<size_t>(row) * n];
+      double m = -1e300, s = 0;
+      for (int i = 0; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
+      for (int i = 0; i < n; ++i) s += std::exp(x[i] - m);
+      for (int i = 0; i < n; ++i) {
+        const float got = y[static_cast<size_t>(row) * n + i];
+        const double want = std::exp(x[i] - m) / s;
+        if (x[i] - static_cast<float>(m) < -87.0f) ASSERT_EQ(got, 0.0f) << n << ":" << row << "," << i;
+        else ASSERT_NEAR(got, want, 1e-6 * want + 1e-37) << n << ":" << row << "," << i;
+      }
+    }
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(std::isnan(y[static_cast<size_t>(rows - 1) * n + i])) << n << ":" << i;
+    // LogSoftmax keeps the exact log of every entry: the flushed terms only drop out of the sum.
+    r = run1("LogSoftmax", {}, {F(std::vector<float>(v.begin(), v.begin() + 5 * n), {5, n})});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    for (int row = 0; row < 5; ++row) {
+      const float* x = &v[static_cast<size_t>(row) * n];
+      double m = -1e300, s = 0;
+      for (int i = 0; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
+      for (int i = 0; i < n; ++i) s += std::exp(x[i] - m);
+      for (int i = 0; i < n; ++i)
+        ASSERT_NEAR((*r)[0].as<float>()[row * n + i], x[i] - m - std::log(s), 1e-5 * (1 + std::abs(x[i] - m))) << n;
+    }
+  }
+}
+
 TEST(SoftmaxKernels, Opset11FlattensAtAxis) {
   const Tensor z = F({1, 2, 3, 4, 0, 0, 0, -1}, {2, 2, 2});
   auto r = run1("Softmax", {}, {z}, 11);  // default axis 1: rows of 4

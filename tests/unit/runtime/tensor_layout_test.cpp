@@ -130,6 +130,52 @@ TEST(TensorConcat, LongRowsCopiedInPieces) {
   }
 }
 
+// All inputs are copied in one parallel region: many short rows (Swin's patch merging, four
+// [1, 14, 14, 192] along the channels; its roll, [1, 28, 25, 192] + [1, 28, 3, 192]), empty inputs
+// first, between and last, and a long input beside short ones (pieces of unequal count per input).
+TEST(TensorConcat, ManyInputsOneRegionMatchesNaive) {
+  struct Case {
+    Shape lead;
+    std::vector<int64_t> lens;
+    int64_t inner;
+  };
+  const std::vector<Case> cases = {
+      {Shape{1, 14, 14}, {192, 192, 192, 192}, 1},
+      {Shape{1, 28}, {25, 3}, 192},
+      {Shape{37}, {0, 5, 0, 3, 17000, 1, 0}, 1},
+      {Shape{2}, {40000, 3, 0, 20000}, 1},
+      {Shape{1}, {0, 3, 0, 1}, 7},
+  };
+  for (const Case& c : cases) {
+    std::vector<Tensor> ins;
+    float start = 0;
+    const int axis = c.lead.rank();
+    for (int64_t len : c.lens) {
+      Shape s = c.lead;
+      s.push_back(len);
+      s.push_back(c.inner);
+      ins.push_back(iota<float>(s, start));
+      start += 1e6f;
+    }
+    Tensor y = run1("Concat", {{"axis", Attribute::Int(axis)}}, ins);
+    const int64_t outer = c.lead.numel();
+    int64_t total_len = 0;
+    for (int64_t len : c.lens) total_len += len;
+    ASSERT_EQ(y.numel(), outer * total_len * c.inner);
+    bool same = true;
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t at = 0;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        const int64_t chunk = c.lens[i] * c.inner;
+        for (int64_t k = 0; k < chunk; ++k)
+          same &= y.as<float>()[(o * total_len) * c.inner + at + k] == ins[i].as<float>()[o * chunk + k];
+        at += chunk;
+      }
+    }
+    EXPECT_TRUE(same) << c.lead.str() << " inputs " << c.lens.size();
+  }
+}
+
 TEST(TensorConcat, BoolAndErrors) {
   Tensor a = make<bool>({true, false}, Shape{2}), b = make<bool>({false}, Shape{1});
   Tensor y = run1("Concat", {{"axis", Attribute::Int(0)}}, {a, b});
