@@ -364,7 +364,7 @@ class FusedElementwiseKernel final : public Kernel {
 #ifdef KILN_REDUCTION_AVX2
     if (sum_rows && D >= 8) {
       // Scores plus bias and mask, all read along the row: the sum and its max in one pass.
-      const float* src[kMaxInputs];
+      const float* src[kMaxInputs] = {};
       for (int k = 0; k < ni_; ++k) src[k] = in[k].as<const float>() + off[k];
       auto sum8 = [&](int64_t i) {
         __m256 v = _mm256_loadu_ps(src[0] + i);

@@ -1,7 +1,8 @@
 // softmax_prologue_fusion: an unfused attention's scale and mask (Div then Add of a float mask, or
 // Where(mask, -inf) over a mask computed in the graph) with the Softmax after them, built as ONNX and
 // run with the pass on and off: the outputs agree within 1e-6 and the Softmax is no step of its own.
-// It stays one where the scores are read elsewhere too or the Softmax is not over the last axis.
+// A lone mask Add or scale joins too. It stays one where the scores are read elsewhere too or the
+// Softmax is not over the last axis.
 // Shapes are awkward (rows of 37 and 600, across the 512-element blocks, heads broadcast).
 #include <gtest/gtest.h>
 
@@ -98,6 +99,37 @@ TEST(SoftmaxPrologueFusion, ScaleAndFloatMaskThenSoftmaxIsOneStep) {
     EXPECT_EQ(on.softmax_steps, 0u) << cols;
     EXPECT_EQ(off.softmax_steps, 1u) << cols;
     EXPECT_EQ(on.steps + 1, off.steps) << cols;
+  }
+}
+
+// A lone mask Add (a padding mask [batch, 1, 1, keys] broadcast over heads and queries) is no
+// elementwise chain, yet joins the Softmax too; the scale alone (Mul by a constant) likewise.
+TEST(SoftmaxPrologueFusion, LoneMaskAddOrScaleThenSoftmaxIsOneStep) {
+  for (int64_t cols : {29, 513}) {
+    for (bool scale : {false, true}) {
+      OnnxModelBuilder b;
+      b.input("s", DType::kFloat32, {int64_t{2}, int64_t{3}, int64_t{7}, cols});
+      std::vector<Input> inputs = {{"s", Shape{2, 3, 7, cols}, values(42 * cols, 6, -20, 20)}};
+      std::vector<float> m = values(2 * cols, 7, -2, 0);
+      m[3] = -INFINITY;  // key 3 of batch 0 is padding
+      if (scale) {
+        scalar(b, "scale", 0.125f);
+        b.node("Mul", {"s", "scale"}, {"masked"});
+      } else {
+        b.input("m", DType::kFloat32, {int64_t{2}, int64_t{1}, int64_t{1}, cols});
+        inputs.push_back({"m", Shape{2, 1, 1, cols}, m});
+        b.node("Add", {"s", "m"}, {"masked"});
+      }
+      b.node("Softmax", {"masked"}, {"y"}).add_attribute()->CopyFrom(int_attr("axis", 3));
+      b.output("y");
+      const auto [on, off] = check_on_off(b, inputs);
+      EXPECT_EQ(on.softmax_steps, 0u) << cols << " scale " << scale;
+      EXPECT_EQ(off.softmax_steps, 1u) << cols << " scale " << scale;
+      EXPECT_EQ(on.steps + 1, off.steps) << cols << " scale " << scale;
+      if (!scale) {
+        for (int64_t row = 0; row < 21; ++row) EXPECT_EQ(on.y[static_cast<size_t>(row * cols + 3)], 0.0f) << row;
+      }
+    }
   }
 }
 
