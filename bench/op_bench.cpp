@@ -391,6 +391,57 @@ void layer_norm(benchmark::State& s, bool fused) {
 BENCHMARK_CAPTURE(layer_norm, fused_elementwise, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(layer_norm, LayerNormalization, false)->Unit(benchmark::kMicrosecond);
 
+// LayerNormalization over the last axis at the zoo's shapes: ViT-B/16's tokens ([1, 197, 768]) and
+// ConvNeXt-T's channels-last LayerNorm per stage (3136 rows of 96 channels ... 49 rows of 768).
+void layer_norm_zoo(benchmark::State& s, const Shape* x) {
+  AttrMap a;
+  a["axis"] = Attribute::Int(-1);
+  a["epsilon"] = Attribute::Float(1e-6f);
+  const int64_t c = (*x)[x->rank() - 1];
+  run_op(s, "LayerNormalization",
+         {random(DType::kFloat32, *x, -4, 4, 1), random(DType::kFloat32, Shape{c}, 0.5, 2, 2), random(DType::kFloat32, Shape{c}, -1, 1, 3)}, a);
+}
+const Shape kVit{1, 197, 768}, kConvNext1{1, 56, 56, 96}, kConvNext2{1, 28, 28, 192}, kConvNext3{1, 14, 14, 384}, kConvNext4{1, 7, 7, 768};
+BENCHMARK_CAPTURE(layer_norm_zoo, vit_b_16, &kVit)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(layer_norm_zoo, convnext_stage1, &kConvNext1)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(layer_norm_zoo, convnext_stage2, &kConvNext2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(layer_norm_zoo, convnext_stage3, &kConvNext3)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(layer_norm_zoo, convnext_stage4, &kConvNext4)->Unit(benchmark::kMicrosecond);
+
+// DenseNet-121's transitions in nChw8c as kiln runs them (pool_before_pointwise_conv: the pool
+// before the 1x1 conv, on the BN + ReLU output): the BN + ReLU FusedElementwise (x * s + b, Relu:
+// vec::Binary kMul 102, kAdd 100, vec::Unary kRelu 11) and the 2x2/2 AveragePool as two steps, and
+// as one (FusedElementwise with pool_layout, builder/passes/elementwise_pool_fusion.cpp).
+// Arguments: channels and the square input's side (transition1 256 x 56, 2: 512 x 28, 3: 1024 x 14).
+AttrMap bn_relu_program() {
+  AttrMap f;
+  f["program"] = Attribute::Ints({102, 3, 0, 1, -1, 100, 4, 3, 2, -1, 11, 5, 4, -1, -1});
+  f["immediates"] = Attribute::Floats({});
+  return f;
+}
+std::vector<Tensor> bn_relu_inputs(int64_t c, int64_t hw) {
+  const Shape x = in_layout("nchw8c", Shape{1, c, hw, hw}), p{c / 8, 1, 1, 8};
+  return {random(DType::kFloat32, x, -4, 4, 1), random(DType::kFloat32, p, 0.5, 2, 2), random(DType::kFloat32, p, -1, 1, 3)};
+}
+void transition_bn_relu(benchmark::State& s) { run_op(s, "FusedElementwise", bn_relu_inputs(s.range(0), s.range(1)), bn_relu_program()); }
+void transition_avg_pool(benchmark::State& s) {
+  AttrMap a;
+  a["kernel_shape"] = Attribute::Ints({2, 2});
+  a["strides"] = Attribute::Ints({2, 2});
+  a["layout"] = Attribute::String("nchw8c");
+  run_op(s, "AveragePool", {random(DType::kFloat32, in_layout("nchw8c", Shape{1, s.range(0), s.range(1), s.range(1)}), -4, 4, 1)}, a);
+}
+void transition_bn_relu_pool(benchmark::State& s) {
+  AttrMap f = bn_relu_program();
+  f["pool_layout"] = Attribute::String("nchw8c");
+  run_op(s, "FusedElementwise", bn_relu_inputs(s.range(0), s.range(1)), f);
+}
+#define KILN_TRANSITION(fn) BENCHMARK(fn)->Args({256, 56})->Args({512, 28})->Args({1024, 14})->Unit(benchmark::kMicrosecond)
+KILN_TRANSITION(transition_bn_relu);
+KILN_TRANSITION(transition_avg_pool);
+KILN_TRANSITION(transition_bn_relu_pool);
+#undef KILN_TRANSITION
+
 void batchnorm(benchmark::State& s) {
   run_op(s, "BatchNormalization", {random(DType::kFloat32, kEff, -4, 4, 1), random(DType::kFloat32, Shape{96}, 0.5, 2, 2),
                                    random(DType::kFloat32, Shape{96}, -1, 1, 3), random(DType::kFloat32, Shape{96}, -1, 1, 4),

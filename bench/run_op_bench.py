@@ -71,6 +71,23 @@ CASES.update({
                                                         [inp([1, 32, 384]), inp([384], 0.5, 2), inp([384], -1, 1)], ""),
     "LayerNormalization [1,32,384]": ("layer_norm/LayerNormalization", "LayerNormalization", {"axis": -1},
                                       [inp([1, 32, 384]), inp([384], 0.5, 2), inp([384], -1, 1)], ""),
+    "LayerNormalization [1,197,768] (vit_b_16)": ("layer_norm_zoo/vit_b_16", "LayerNormalization", {"axis": -1, "epsilon": 1e-6},
+                                                  [inp([1, 197, 768]), inp([768], 0.5, 2), inp([768], -1, 1)], ""),
+    "LayerNormalization [1,56,56,96] (convnext_tiny)": ("layer_norm_zoo/convnext_stage1", "LayerNormalization",
+                                                        {"axis": -1, "epsilon": 1e-6},
+                                                        [inp([1, 56, 56, 96]), inp([96], 0.5, 2), inp([96], -1, 1)], ""),
+    "LayerNormalization [1,7,7,768] (convnext_tiny)": ("layer_norm_zoo/convnext_stage4", "LayerNormalization",
+                                                       {"axis": -1, "epsilon": 1e-6},
+                                                       [inp([1, 7, 7, 768]), inp([768], 0.5, 2), inp([768], -1, 1)], ""),
+    # kiln: BN + ReLU with the 2x2 pool fused (nChw8c, 256 channels, as pool_before_pointwise_conv runs
+    # it); ORT: its transition's own pool, over the 1x1 conv's 128 output channels.
+    "densenet transition1 pool (kiln: BN+ReLU+pool [1,256,56,56]; ORT: AveragePool [1,128,56,56])": (
+        "transition_bn_relu_pool/256/56", "AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, [inp([1, 128, 56, 56])], ""),
+    "AveragePool 2x2/2 [1,256,56,56] (kiln nChw8c)": (
+        "transition_avg_pool/256/56", "AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, [inp([1, 256, 56, 56])], ""),
+    "MaxPool 3x3/2 pad 1 [1,64,112,112] (kiln nChw8c)": (
+        "max_pool_layout/nchw8c", "MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        [inp([1, 64, 112, 112])], ""),
     f"BatchNormalization {EFF}": ("batchnorm", "BatchNormalization", {},
                                   [inp(EFF), inp([96], 0.5, 2), inp([96], -1, 1), inp([96], -1, 1), inp([96], 0.5, 2)], ""),
     # Swin-T / ViT-B/16 (issue 19's zoo per-step check): window attention's Softmax, unmasked and with

@@ -69,6 +69,7 @@ Status conv_channels_last(Graph& g, PassContext& ctx);
 // The layout conv_channels_last keeps between convolutions on this machine (cpu_info(), capped by
 // KILN_MAX_CPU_ISA): "nhwc" with AVX-512, "nchw8c" without.
 const char* conv_activation_layout_for_host();
+Status elementwise_pool_fusion(Graph& g, PassContext& ctx);
 Status dead_node_elimination(Graph& g, PassContext& ctx);
 
 // Shared by shape_inference and constant_folding: infers dtype and shape of one node's outputs from

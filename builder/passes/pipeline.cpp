@@ -115,6 +115,12 @@ const std::vector<Pass>& pass_pipeline() {
        "computing layout on the build CPU (NHWC with AVX-512, nChw8c with AVX2), so no reorder runs between "
        "convolutions; after conv_epilogue_fusion, which creates the FusedConvs",
        conv_channels_last},
+      {"elementwise_pool_fusion",
+       "join each 2x2 stride-2 AveragePool without padding to the kiln::FusedElementwise computing its input "
+       "(DenseNet's BN + ReLU before a transition's pool), so the full-resolution activation is pooled two rows "
+       "at a time in cache instead of written and read back; after conv_channels_last, which gives the pool and "
+       "the FusedElementwise their layout",
+       elementwise_pool_fusion},
       {"dead_node_elimination", "remove nodes whose outputs nobody reads (left over by folding)", dead_node_elimination},
   };
   return passes;

@@ -9,6 +9,11 @@
 //   epsilon     float, the normalisation's epsilon
 //   softmax     int 0 (default) | 1: the output is the Softmax over its last axis of the program's
 //               result (builder/passes/softmax_prologue_fusion.cpp); not with a normalisation stage
+//   pool_layout "none" (default) | "nchw" | "nhwc" | "nchw8c": the output is the 2x2, stride-2,
+//               unpadded AveragePool (floor mode) of the program's result, which has that layout's
+//               shape ([N, C, H, W], [N, H, W, C] or [N, C/8, H, W, 8]): the result is computed two
+//               input rows at a time and never written (builder/passes/elementwise_pool_fusion.cpp);
+//               not with a normalisation stage or softmax
 // Registers: [0, num_inputs) are the inputs, [num_inputs, num_inputs + num_immediates) the
 // immediates, then temporaries; the last instruction's dst is the output. With a normalisation
 // stage, input 0 is x (of the output's shape, normalised over its last axis) and the first

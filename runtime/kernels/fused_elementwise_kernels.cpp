@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -18,6 +19,7 @@
 #include "runtime/kernels/softmax_row.h"
 #include "runtime/kernels/vec_kernels.h"
 #include "runtime/thread_pool.h"
+#include "runtime/thread_scratch.h"
 
 namespace kiln {
 namespace {
@@ -31,6 +33,52 @@ struct Instr {
 };
 
 enum class Norm { kNone, kLayer, kRms };
+
+// The average pool after the program (attribute pool_layout): none, or 2x2 stride 2 over the
+// spatial dims of an NCHW [N, C, H, W], NHWC [N, H, W, C] or nChw8c [N, C/8, H, W, 8] result.
+enum class Pool { kNone, kNchw, kNhwc, kNchw8c };
+
+// A pooled result seen as [outer, H, W, inner]: the dims before the spatial ones, and after them.
+struct PoolDims {
+  int64_t outer = 1, H = 0, W = 0, inner = 1;
+};
+
+// The dims of `s` (the program's result) around the spatial dims of `pool`'s layout, or an error
+// when `s` does not have that layout's rank.
+StatusOr<PoolDims> pool_dims(Pool pool, const Shape& s) {
+  const int rank = pool == Pool::kNchw8c ? 5 : 4;
+  if (s.rank() != rank || (pool == Pool::kNchw8c && s[4] != 8))
+    return InvalidArgument("the pooled result must be " + std::string(pool == Pool::kNchw8c ? "[N, C/8, H, W, 8]" : "4-D") + ", got " + s.str());
+  const int h = pool == Pool::kNhwc ? 1 : 2;
+  PoolDims d;
+  for (int i = 0; i < h; ++i) d.outer *= s[i];
+  d.H = s[h];
+  d.W = s[h + 1];
+  for (int i = h + 2; i < rank; ++i) d.inner *= s[i];
+  if (d.H < 2 || d.W < 2) return InvalidArgument("a 2x2 pool needs H and W of at least 2, got " + s.str());
+  return d;
+}
+
+// y[ow, i] = ((r0[2ow, i] + r1[2ow, i]) + (r0[2ow+1, i] + r1[2ow+1, i])) / 4 over rows of [W, inner]
+// (OW = W / 2, a last odd column dropped): the unfused AveragePool's order of additions (the
+// window's rows, then its columns) and its divisor, so the result is the same to the bit.
+void average_pool_2x2_rows(float* r0, const float* r1, float* y, int64_t OW, int64_t inner) {
+  const int64_t n = 2 * OW * inner;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) r0[i] += r1[i];
+  if (inner == 8) {
+    const __m256 q = _mm256_set1_ps(0.25f);
+    for (int64_t ow = 0; ow < OW; ++ow)
+      _mm256_storeu_ps(y + ow * 8, _mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(r0 + ow * 16), _mm256_loadu_ps(r0 + ow * 16 + 8)), q));
+    return;
+  }
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    const float* a = r0 + 2 * ow * inner;
+    float* yo = y + ow * inner;
+#pragma omp simd
+    for (int64_t i = 0; i < inner; ++i) yo[i] = (a[i] + a[i + inner]) * 0.25f;
+  }
+}
 
 // The output walk: dims with every input's strides, the last dim contiguous or broadcast in each.
 struct Walk {
@@ -97,9 +145,10 @@ struct Reg {
 
 class FusedElementwiseKernel final : public Kernel {
  public:
-  FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, bool softmax, int num_inputs,
-                         int num_regs)
-      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), softmax_(softmax), ni_(num_inputs), nregs_(num_regs) {
+  FusedElementwiseKernel(std::vector<Instr> prog, std::vector<float> imm, Norm norm, float eps, bool softmax, Pool pool,
+                         int num_inputs, int num_regs)
+      : prog_(std::move(prog)), imm_(std::move(imm)), norm_(norm), eps_(eps), softmax_(softmax), pool_(pool), ni_(num_inputs),
+        nregs_(num_regs) {
     // The cost model's flops per element (ThreadPool::serial_ns counts 20 a nanosecond): one per
     // add, multiply or compare (an 8-lane vector op takes ~0.02 ns an element), a dozen per
     // exponential-based function (runtime/simd/vec_math.inc: 0.3-0.7 ns an element on AVX2), two
@@ -147,6 +196,12 @@ class FusedElementwiseKernel final : public Kernel {
       return InvalidArgument("input 0 (the normalised x) has shape " + in[0].shape.str() + " and dtype " + dtype_name(in[0].dtype) +
                              "; it must be float32 of the output's shape " + shape.str() + ", rank >= 1");
     if (softmax_ && shape.rank() == 0) return InvalidArgument("softmax over the last axis needs an output of rank >= 1, got a scalar");
+    if (pool_ != Pool::kNone) {
+      KILN_ASSIGN_OR_RETURN(const PoolDims d, pool_dims(pool_, shape));
+      const int h = pool_ == Pool::kNhwc ? 1 : 2;
+      shape[h] = d.H / 2;
+      shape[h + 1] = d.W / 2;
+    }
     out[0] = TensorDesc{DType::kFloat32, shape};
     return Status::Ok();
   }
@@ -154,6 +209,7 @@ class FusedElementwiseKernel final : public Kernel {
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const int64_t total = out[0].numel();
     if (total == 0) return Status::Ok();
+    if (pool_ != Pool::kNone) return run_pooled(in, out[0]);
     Walk w = make_walk(out[0].shape, in, norm_ != Norm::kNone || softmax_);
     const uint32_t period8 = norm_ == Norm::kNone && !softmax_ ? merge_channel_blocks(w) : 0;
     const vec::Table& t = vec::table();
@@ -310,6 +366,58 @@ class FusedElementwiseKernel final : public Kernel {
     else std::fill(y, y + n, *r.p);
   }
 
+  // The program's result over the flat range [f, f + len) of its (unpooled) shape into dst, block
+  // by block along the walk's rows.
+  void eval_range(const vec::Table& t, const Walk& w, std::span<const TensorView> in, uint32_t period8, int64_t f, int64_t len,
+                  float* dst, Scratch& s) const {
+    const int64_t inner = w.inner();
+    int64_t off[kMaxInputs];
+    for (int64_t row = -1; len > 0;) {
+      const int64_t r = f / inner, start = f % inner, n = std::min({kBlock, inner - start, len});
+      if (r != row) w.row_offsets(row = r, ni_, off);
+      bind_inputs(w, in, off, start, n, s, period8);
+      execute(t, s, n, dst);
+      f += n;
+      dst += n;
+      len -= n;
+    }
+  }
+
+  // The 2x2 stride-2 average pool of the program's result: per output row, the program over its
+  // two input rows into this thread's row buffer, pooled from there while it is in cache. The
+  // unpooled result is never written to memory (DenseNet's BN + ReLU before a transition's pool).
+  Status run_pooled(std::span<const TensorView> in, const TensorView& out) const {
+    KILN_ASSIGN_OR_RETURN(const Shape pre, ew::broadcast_all(in));
+    KILN_ASSIGN_OR_RETURN(const PoolDims d, pool_dims(pool_, pre));
+    Walk w = make_walk(pre, in, false);
+    const uint32_t period8 = merge_channel_blocks(w);
+    const vec::Table& t = vec::table();
+    const int64_t OH = d.H / 2, OW = d.W / 2, row_len = d.W * d.inner;
+    float* y = out.as<float>();
+    // Per output row: two input rows of each input (as much as it is not broadcast), the program
+    // over them and one output row.
+    const double per = 2.0 * static_cast<double>(row_len), total = static_cast<double>(pre.numel());
+    double bytes = 4.0 * static_cast<double>(OW * d.inner);
+    for (const TensorView& v : in) bytes += 4.0 * per * static_cast<double>(v.numel()) / total;
+    std::atomic<bool> failed{false};
+    ThreadPool::global().parallel_for(d.outer * OH, LoopCost{bytes, program_flops_ * per}, [&](int64_t b, int64_t e, int) {
+      float* buf = static_cast<float*>(thread_scratch(ScratchSlot::kKernelRow, sizeof(float) * static_cast<size_t>(2 * row_len)));
+      if (!buf) {
+        failed.store(true, std::memory_order_relaxed);
+        return;
+      }
+      Scratch s;
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t o = item / OH, oh = item % OH;
+        // Input rows 2oh and 2oh + 1 are consecutive: one range.
+        eval_range(t, w, in, period8, (o * d.H + 2 * oh) * row_len, 2 * row_len, buf, s);
+        average_pool_2x2_rows(buf, buf + row_len, y + item * OW * d.inner, OW, d.inner);
+      }
+    });
+    if (failed.load(std::memory_order_relaxed)) return ResourceExhausted("FusedElementwise pool: out of memory for a row buffer");
+    return Status::Ok();
+  }
+
   // One row of the normalised axis: its statistics, then the program over it block by block with
   // the normalised values in the first temporary.
   void norm_row(const vec::Table& t, const Walk& w, std::span<const TensorView> in, float* y, int64_t r) const {
@@ -401,6 +509,7 @@ class FusedElementwiseKernel final : public Kernel {
   float eps_;
   bool softmax_;
   bool sum_program_ = false;  // see the constructor
+  Pool pool_;
   int ni_, nregs_;
   double program_flops_ = 1.0;
 };
@@ -411,6 +520,12 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
   KILN_ASSIGN_OR_RETURN(std::string norm_name, attrs.get_string("norm", "none"));
   KILN_ASSIGN_OR_RETURN(float eps, attrs.get_float("epsilon", 1e-5f));
   KILN_ASSIGN_OR_RETURN(int64_t softmax, attrs.get_int("softmax", 0));
+  KILN_ASSIGN_OR_RETURN(std::string pool_name, attrs.get_string("pool_layout", "none"));
+  Pool pool = Pool::kNone;
+  if (pool_name == "nchw") pool = Pool::kNchw;
+  else if (pool_name == "nhwc") pool = Pool::kNhwc;
+  else if (pool_name == "nchw8c") pool = Pool::kNchw8c;
+  else if (pool_name != "none") return InvalidArgument("attribute 'pool_layout' must be none, nchw, nhwc or nchw8c, got '" + pool_name + "'");
   Norm norm = Norm::kNone;
   if (norm_name == "layer") norm = Norm::kLayer;
   else if (norm_name == "rms") norm = Norm::kRms;
@@ -421,6 +536,8 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
   if (code.empty() && norm == Norm::kNone) return InvalidArgument("attribute 'program' is empty");
   if (softmax != 0 && softmax != 1) return InvalidArgument("attribute 'softmax' must be 0 or 1, got " + std::to_string(softmax));
   if (softmax && norm != Norm::kNone) return InvalidArgument("attribute 'softmax' cannot follow a normalisation stage");
+  if (pool != Pool::kNone && (softmax || norm != Norm::kNone))
+    return InvalidArgument("attribute 'pool_layout' cannot follow a normalisation stage or a softmax");
   const int first_temp = ni + static_cast<int>(imm.size());
   std::vector<Instr> prog;
   int next = first_temp + (norm != Norm::kNone ? 1 : 0);  // registers defined so far
@@ -441,7 +558,7 @@ StatusOr<std::unique_ptr<Kernel>> make_fused_elementwise(const KernelArgs& args,
     next = std::max(next, ins.dst + 1);
     prog.push_back(ins);
   }
-  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwiseKernel>(std::move(prog), std::move(imm), norm, eps, softmax != 0, ni, next));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwiseKernel>(std::move(prog), std::move(imm), norm, eps, softmax != 0, pool, ni, next));
 }
 
 }  // namespace

@@ -229,39 +229,16 @@ class LayerNormKernel final : public Kernel {
   }
 
  private:
-  // Rows of the normalized region, mean and variance in one pass of double sums shifted by the
-  // row's first element (which keeps E[x^2]-E[x]^2 from cancelling), then one pass to write.
+  // Rows of the normalized region through the vector row kernel (runtime/kernels/vec_kernels.inc:
+  // the mean, then the variance around it, the row in L1 for the second pass and the write), on
+  // kiln's pool: rows are split over the threads when the step is big enough to pay for it.
   void run_fast(const float* x, const float* scale, const float* bias, float* y, float* mean_out,
                 float* inv_out) const {
-    const int64_t rows = rows_, cols = cols_;
-    const double eps = epsilon_;
-    parallel_for_each(rows, LoopCost{8.0 * static_cast<double>(cols), 6.0 * static_cast<double>(cols)}, [&](int64_t r) {
-      const float* xr = x + r * cols;
-      float* yr = y + r * cols;
-      const float shift = cols ? xr[0] : 0.0f;
-      double s = 0, ss = 0;
-#pragma omp simd reduction(+ : s, ss)
-      for (int64_t i = 0; i < cols; ++i) {
-        const double d = static_cast<double>(xr[i] - shift);
-        s += d;
-        ss += d * d;
-      }
-      const double ms = cols ? s / cols : 0.0;
-      const double var = std::max(0.0, (cols ? ss / cols : 0.0) - ms * ms);
-      const double inv = 1.0 / std::sqrt(var + eps);
-      const float m = static_cast<float>(shift + ms), fi = static_cast<float>(inv);
-      if (!scale) {
-#pragma omp simd
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi + (bias ? bias[i] : 0.0f);
-      } else if (bias) {
-#pragma omp simd
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi * scale[i] + bias[i];
-      } else {
-#pragma omp simd
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - m) * fi * scale[i];
-      }
-      if (mean_out) mean_out[r] = m;
-      if (inv_out) inv_out[r] = fi;
+    const int64_t cols = cols_;
+    const float eps = epsilon_;
+    const vec::LayerNormRowFn row = vec::table().layer_norm;
+    parallel_for_each(rows_, LoopCost{8.0 * static_cast<double>(cols), 6.0 * static_cast<double>(cols)}, [&](int64_t r) {
+      row(x + r * cols, scale, bias, y + r * cols, cols, eps, mean_out ? mean_out + r : nullptr, inv_out ? inv_out + r : nullptr);
     });
   }
 

@@ -50,6 +50,22 @@ inline void combine_into(const float* acc, const float* x, float* out, int64_t n
   for (; i < n; ++i) out[i] = Op::s(acc[i], x[i]);
 }
 
+// out[i] = Op(Op(a[i], b[i]), c[i]): a 3-row window (the stem's 3x3 MaxPool) in one pass, the same
+// order as two combine_into calls without writing and re-reading the intermediate row.
+template <class Op>
+inline void combine3_into(const float* a, const float* b, const float* c, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 m0 = Op::v(Op::v(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i));
+    const __m256 m1 = Op::v(Op::v(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)), _mm256_loadu_ps(c + i + 8));
+    _mm256_storeu_ps(out + i, m0);
+    _mm256_storeu_ps(out + i + 8, m1);
+  }
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, Op::v(Op::v(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i)));
+  for (; i < n; ++i) out[i] = Op::s(Op::s(a[i], b[i]), c[i]);
+}
+
 // One output row from `src`, the vertical maximum of its window's input rows ([W, C]): each output
 // pixel the maximum of its window's columns. kC8: C == 8, one vector a pixel kept in a register.
 template <bool kC8>
@@ -146,8 +162,14 @@ bool pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, co
       const float* xi = x + img * H * W * C;
       const float* src = xi + hlo * W * C;  // one row: read in place
       if (hhi - hlo > 1) {
-        combine_into<Op>(src, xi + (hlo + 1) * W * C, row, W * C);
-        for (int64_t h = hlo + 2; h < hhi; ++h) combine_into<Op>(row, xi + h * W * C, row, W * C);
+        int64_t h = hlo + 2;
+        if (hhi - hlo >= 3) {
+          combine3_into<Op>(src, xi + (hlo + 1) * W * C, xi + (hlo + 2) * W * C, row, W * C);
+          h = hlo + 3;
+        } else {
+          combine_into<Op>(src, xi + (hlo + 1) * W * C, row, W * C);
+        }
+        for (; h < hhi; ++h) combine_into<Op>(row, xi + h * W * C, row, W * C);
         src = row;
       }
       horizontal(src, yr, hhi - hlo, h0);

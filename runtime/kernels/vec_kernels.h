@@ -44,6 +44,13 @@ using RowSumFn = double (*)(const float* x, int64_t n);
 // element is NaN (the caller's scalar loop then returns that NaN, as the reference does).
 using RowExtremeFn = bool (*)(const float* x, int64_t n, bool is_max, float* out);
 
+// LayerNormalization of one row of n contiguous floats: y = (x - mean) / sqrt(var + eps) * scale +
+// bias (scale, bias: n floats each, or null for 1 and 0); the mean and the biased variance (around
+// the mean) summed in double over runs of float lanes; the row's mean and 1 / sqrt(var + eps) into *mean_out / *inv_out
+// where not null.
+using LayerNormRowFn = void (*)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float eps,
+                                float* mean_out, float* inv_out);
+
 struct Table {
   const char* isa;
   int lanes;
@@ -57,6 +64,7 @@ struct Table {
   WidenFn f16_to_f32, bf16_to_f32;
   RowSumFn row_sum;
   RowExtremeFn row_extreme;
+  LayerNormRowFn layer_norm;
 };
 
 // The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA
