@@ -92,8 +92,9 @@ TEST(LayerNormRow, MatchesTheDoubleReferenceAtAwkwardLengths) {
                 << what << " element " << i;
           EXPECT_NEAR(mean, r.mean, mean_tolerance(r)) << what;
           EXPECT_NEAR(inv, r.inv, 1e-6 * r.inv) << what;
-          if (d == Data::kConstant)
+          if (d == Data::kConstant) {
             for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[static_cast<size_t>(i + 8)], bias ? bias[i] : 0.0f) << what;
+          }
         }
 }
 
