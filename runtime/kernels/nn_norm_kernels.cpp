@@ -230,8 +230,9 @@ class LayerNormKernel final : public Kernel {
 
  private:
   // Rows of the normalized region through the vector row kernel (runtime/kernels/vec_kernels.inc:
-  // the mean, then the variance around it, the row in L1 for the second pass and the write), on
-  // kiln's pool: rows are split over the threads when the step is big enough to pay for it.
+  // sums shifted by the row's first element in one pass, a second pass around the mean only when
+  // that element is an outlier, then the write), on kiln's pool: rows are split over the threads
+  // when the step is big enough to pay for it.
   void run_fast(const float* x, const float* scale, const float* bias, float* y, float* mean_out,
                 float* inv_out) const {
     const int64_t cols = cols_;
