@@ -415,14 +415,7 @@ bool feeds_prologue_softmax(const Graph& g, const Index& ix, const PassContext& 
   if (ctx.disabled.count("softmax_prologue_fusion") || ix.uses[v] != 1 || ix.consumers[v].size() != 1) return false;
   for (int o : g.outputs)
     if (o == v) return false;
-  const Node& sm = g.nodes[ix.consumers[v][0]];
-  if (!is(&sm, "Softmax") || sm.inputs.size() != 1 || sm.outputs.size() != 1) return false;
-  const Value& x = g.values[v];
-  if (x.dtype != DType::kFloat32 || !x.shape || x.shape->empty()) return false;
-  const int64_t rank = static_cast<int64_t>(x.shape->size());
-  auto it = sm.attrs.find("axis");
-  const int64_t axis = it != sm.attrs.end() ? it->second.i : (g.opset >= 13 ? -1 : 1);
-  return axis == -1 || axis == rank - 1;
+  return softmax_over_last_axis(g, g.nodes[ix.consumers[v][0]]);
 }
 
 }  // namespace

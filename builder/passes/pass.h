@@ -63,6 +63,9 @@ Status pool_before_pointwise_conv(Graph& g, PassContext& ctx);
 Status unit_reshape_unwrap(Graph& g, PassContext& ctx);
 Status elementwise_fusion(Graph& g, PassContext& ctx);
 Status softmax_prologue_fusion(Graph& g, PassContext& ctx);
+// A float32 Softmax over the last axis of an input of known rank: what softmax_prologue_fusion joins
+// to the FusedElementwise before it (elementwise_fusion builds one even of a lone op there).
+bool softmax_over_last_axis(const Graph& g, const Node& n);
 Status nhwc_transpose_folding(Graph& g, PassContext& ctx);
 Status matmul_scale_fusion(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);

@@ -21,8 +21,10 @@ bool is_plain_fused(const Node& n) {
   return (norm == n.attrs.end() || norm->second.s == "none") && (sm == n.attrs.end() || sm->second.i == 0);
 }
 
-// Softmax along the last axis of a rank-known input: opset 13's axis (default -1), or before 13
-// the flattening at axis (default 1) when that axis is the last one (then both agree).
+}  // namespace
+
+// Opset 13's axis (default -1), or before 13 the flattening at axis (default 1) when that axis is the
+// last one (then both agree).
 bool softmax_over_last_axis(const Graph& g, const Node& n) {
   if (n.removed || !n.domain.empty() || n.op_type != "Softmax" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
   const Value& x = g.values[n.inputs[0]];
@@ -32,8 +34,6 @@ bool softmax_over_last_axis(const Graph& g, const Node& n) {
   const int64_t axis = it != n.attrs.end() ? it->second.i : (g.opset >= 13 ? -1 : 1);
   return axis == -1 || axis == rank - 1;
 }
-
-}  // namespace
 
 Status softmax_prologue_fusion(Graph& g, PassContext& ctx) {
   const std::vector<int> uses = g.use_counts();

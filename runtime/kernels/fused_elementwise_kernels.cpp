@@ -488,7 +488,7 @@ class FusedElementwiseKernel final : public Kernel {
         vm = _mm256_max_ps(vm, v);
       }
       _mm256_storeu_ps(row + last, tail);
-      softmax_row_with_max_f32(row, D, hmax8(vm));
+      softmax_row_with_max_f32(row, row, D, hmax8(vm));
       return;
     }
 #endif

@@ -44,8 +44,8 @@ inline __m256 softmax_exp8(__m256 d) {
 #endif
 
 #ifdef KILN_REDUCTION_AVX2
-// Softmax of row[0, n) in place, n >= 8, given the max of its elements (NaN when one is NaN).
-inline void softmax_row_with_max_f32(float* row, int64_t n, float m);
+// Softmax of x[0, n) into y (y may be x), n >= 8, given the max of its elements (NaN when one is).
+inline void softmax_row_with_max_f32(const float* x, float* y, int64_t n, float m);
 #endif
 
 inline void softmax_row_f32(const float* xr, float* yr, int64_t n, bool log) {
@@ -63,39 +63,28 @@ inline void softmax_row_f32(const float* xr, float* yr, int64_t n, bool log) {
     return;
   }
   // The tail (n % 8) is the row's last 8 elements, overlapping the body: the max does not mind the
-  // repeats, the sum masks them off, and the overlapping stores write the same values again.
+  // repeats, and the sums mask them off.
   const int64_t n8 = n & ~int64_t{7}, last = n - 8;
   const bool tail = n8 != n;
   __m256 vm = _mm256_loadu_ps(xr + last);
   for (int64_t i = 0; i < n8; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(xr + i));
   const float m = hmax8(vm);
   // NaN inputs make the sum NaN, so the whole row comes out NaN, as in numpy.
+  if (!log) {
+    softmax_row_with_max_f32(xr, yr, n, m);
+    return;
+  }
   const __m256 vmax = _mm256_set1_ps(m);
   __m256 vs = _mm256_setzero_ps();
-  // The tail first: in place, the body's stores overwrite the x it overlaps.
-  __m256 et = _mm256_setzero_ps();
   if (tail) {
-    et = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + last), vmax));
     // Lanes [0, 8 - n % 8) repeat body elements: only the others join the sum.
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 fresh = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(n8 - last - 1))));
-    vs = _mm256_and_ps(et, fresh);
+    vs = _mm256_and_ps(softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + last), vmax)), fresh);
   }
-  for (int64_t i = 0; i < n8; i += 8) {
-    const __m256 e = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmax));
-    if (!log) _mm256_storeu_ps(yr + i, e);
-    vs = _mm256_add_ps(vs, e);
-  }
-  const float s = hsum8(vs);
-  if (log) {
-    const float ls = std::log(s);
-    for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
-    return;
-  }
-  const __m256 vinv = _mm256_set1_ps(1.0f / s);
-  for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(yr + j, _mm256_mul_ps(_mm256_loadu_ps(yr + j), vinv));
-  // After the body: its overlapped elements get e * inv again, the value they already hold.
-  if (tail) _mm256_storeu_ps(yr + last, _mm256_mul_ps(et, vinv));
+  for (int64_t i = 0; i < n8; i += 8) vs = _mm256_add_ps(vs, softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmax)));
+  const float ls = std::log(hsum8(vs));
+  for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - ls;
 #else
   float m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
@@ -117,23 +106,28 @@ inline void softmax_row_f32(const float* xr, float* yr, int64_t n, bool log) {
 }
 
 #ifdef KILN_REDUCTION_AVX2
-inline void softmax_row_with_max_f32(float* row, int64_t n, float m) {
+inline void softmax_row_with_max_f32(const float* x, float* y, int64_t n, float m) {
+  // The tail (n % 8) is the row's last 8 elements, overlapping the body: the sum masks the repeats
+  // off, and the overlapping stores write the same values again. It goes first: in place, the
+  // body's stores overwrite the x it overlaps.
   const int64_t n8 = n & ~int64_t{7}, last = n - 8;
   const __m256 vmax = _mm256_set1_ps(m);
   __m256 vs = _mm256_setzero_ps(), et = _mm256_setzero_ps();
   if (n8 != n) {
-    et = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + last), vmax));
+    et = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + last), vmax));
+    // Lanes [0, 8 - n % 8) repeat body elements: only the others join the sum.
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     vs = _mm256_and_ps(et, _mm256_castsi256_ps(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(n8 - last - 1)))));
   }
   for (int64_t i = 0; i < n8; i += 8) {
-    const __m256 e = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), vmax));
-    _mm256_storeu_ps(row + i, e);
+    const __m256 e = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    _mm256_storeu_ps(y + i, e);
     vs = _mm256_add_ps(vs, e);
   }
   const __m256 vinv = _mm256_set1_ps(1.0f / hsum8(vs));
-  for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), vinv));
-  if (n8 != n) _mm256_storeu_ps(row + last, _mm256_mul_ps(et, vinv));
+  for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_loadu_ps(y + j), vinv));
+  // After the body: its overlapped elements get e * inv again, the value they already hold.
+  if (n8 != n) _mm256_storeu_ps(y + last, _mm256_mul_ps(et, vinv));
 }
 #endif
 
