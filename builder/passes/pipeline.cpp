@@ -88,6 +88,12 @@ const std::vector<Pass>& pass_pipeline() {
        "layer scale right after its matmul, and before conv_channels_last, which leaves these FusedConvs' "
        "layouts alone",
        nhwc_transpose_folding},
+      {"patch_embedding_transpose_folding",
+       "have a patch convolution write NHWC where the model flattens its output to tokens and transposes them "
+       "(ViT's x.reshape(n, c, h * w).permute(0, 2, 1)), so the Reshape is a view and the Transpose goes; after "
+       "conv_epilogue_fusion, which creates the FusedConvs, before conv_channels_last, which would give the "
+       "convolution the build CPU's blocked layout",
+       patch_embedding_transpose_folding},
       {"matmul_scale_fusion",
        "fold a per-column constant Mul after a FusedMatMul without activation into its weights and bias, and "
        "the residual Add after it into its epilogue (ConvNeXt's layer scale and residual: one pass over the "
