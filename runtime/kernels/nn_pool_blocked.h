@@ -25,7 +25,10 @@ bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64
 int64_t global_average_pool_blocked8_partials(int64_t images, int64_t pixels);
 void global_average_pool_blocked8(const float* x, float* y, int64_t images, int64_t pixels, double* partial);
 
-// GlobalAveragePool over x [images, pixels, C] into y [images, C], any C.
-void global_average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t pixels, int64_t C);
+// GlobalAveragePool over x [images, pixels, C] into y [images, C], any C. `partial` holds
+// global_average_pool_channels_inner_partials(images, pixels, C) doubles (per-tile sums, added up
+// in a fixed order as above).
+int64_t global_average_pool_channels_inner_partials(int64_t images, int64_t pixels, int64_t C);
+void global_average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t pixels, int64_t C, double* partial);
 
 }  // namespace kiln

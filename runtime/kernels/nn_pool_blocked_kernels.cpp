@@ -233,19 +233,39 @@ void global_average_pool_blocked8(const float* x, float* y, int64_t images, int6
     }
 }
 
-// Items of up to kChunk channels of one image. Float partial sums over runs of kRun pixels
-// (vectorized across the channels, kChunk / 8 independent add chains), added up in double.
-void global_average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t pixels, int64_t C) {
-  constexpr int64_t kChunk = 64, kRun = 64;
-  const int64_t chunks = (C + kChunk - 1) / kChunk;
-  const double per_item = static_cast<double>(pixels) * static_cast<double>(std::min(C, kChunk));
-  parallel_for_each(images * chunks, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
-    const int64_t img = item / chunks, c0 = (item % chunks) * kChunk;
-    const int64_t width = std::min(C, c0 + kChunk) - c0;
-    double total[kChunk] = {};
-    for (int64_t p0 = 0; p0 < pixels; p0 += kRun) {
-      float part[kChunk] = {};
-      const int64_t p1 = std::min(pixels, p0 + kRun);
+namespace {
+
+// GlobalAveragePool's tiles over [images, pixels, C]: up to kTileChannels channels of up to
+// tile_pixels() pixels, about kTileFloats floats, so an image of a few large channels and one of
+// many small pixels both spread over the threads.
+constexpr int64_t kTileChannels = 128, kTileFloats = 16384;
+
+int64_t tile_pixels(int64_t C) {
+  const int64_t width = std::min(C, kTileChannels);
+  return std::max<int64_t>(kRunPixels, kTileFloats / std::max<int64_t>(width, 1) / kRunPixels * kRunPixels);
+}
+int64_t pixel_tiles(int64_t pixels, int64_t C) { return std::max<int64_t>(1, (pixels + tile_pixels(C) - 1) / tile_pixels(C)); }
+
+}  // namespace
+
+int64_t global_average_pool_channels_inner_partials(int64_t images, int64_t pixels, int64_t C) {
+  return images * pixel_tiles(pixels, C) * C;
+}
+
+// Items are (image, pixel tile, channel tile). Float partial sums over runs of kRunPixels pixels
+// (vectorized across the channels), added into the tile's doubles; the tiles' totals are added up
+// in order afterwards, so the result does not depend on the thread count.
+void global_average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t pixels, int64_t C, double* partial) {
+  const int64_t tp = tile_pixels(C), ptiles = pixel_tiles(pixels, C), ctiles = (C + kTileChannels - 1) / kTileChannels;
+  const double per_item = static_cast<double>(std::min(pixels, tp)) * static_cast<double>(std::min(C, kTileChannels));
+  parallel_for_each(images * ptiles * ctiles, LoopCost{4.0 * per_item, per_item}, [&](int64_t item) {
+    const int64_t img = item / (ptiles * ctiles), pt = item / ctiles % ptiles, c0 = item % ctiles * kTileChannels;
+    const int64_t width = std::min(C, c0 + kTileChannels) - c0;
+    const int64_t p_begin = pt * tp, p_end = std::min(pixels, p_begin + tp);
+    double total[kTileChannels] = {};
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += kRunPixels) {
+      float part[kTileChannels] = {};
+      const int64_t p1 = std::min(p_end, p0 + kRunPixels);
       for (int64_t p = p0; p < p1; ++p) {
         const float* xp = x + (img * pixels + p) * C + c0;
 #pragma omp simd
@@ -254,8 +274,14 @@ void global_average_pool_channels_inner(const float* x, float* y, int64_t images
 #pragma omp simd
       for (int64_t c = 0; c < width; ++c) total[c] += part[c];
     }
-    for (int64_t c = 0; c < width; ++c) y[img * C + c0 + c] = static_cast<float>(pixels > 0 ? total[c] / static_cast<double>(pixels) : 0.0);
+    std::copy(total, total + width, partial + (img * ptiles + pt) * C + c0);
   });
+  for (int64_t img = 0; img < images; ++img)
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = 0;
+      for (int64_t k = 0; k < ptiles; ++k) sum += partial[(img * ptiles + k) * C + c];
+      y[img * C + c] = static_cast<float>(pixels > 0 ? sum / static_cast<double>(pixels) : 0.0);
+    }
 }
 
 }  // namespace kiln

@@ -406,7 +406,9 @@ class VectorizedGlobalAveragePool final : public Kernel {
     if (fast_ && layout_ != ConvLayout::kNchw) {
       channels_inner(in[0].shape, &images_, &pixels_, &channels_);
       // The blocked path's per-chunk sums: sized here, so run() does not allocate.
-      if (channels_ == 8) partial_.assign(static_cast<size_t>(global_average_pool_blocked8_partials(images_, pixels_)), 0.0);
+      partial_.assign(static_cast<size_t>(channels_ == 8 ? global_average_pool_blocked8_partials(images_, pixels_)
+                                                         : global_average_pool_channels_inner_partials(images_, pixels_, channels_)),
+                      0.0);
     }
     return fast_ ? Status::Ok() : ref_->prepare(in, out);
   }
@@ -417,7 +419,7 @@ class VectorizedGlobalAveragePool final : public Kernel {
     float* dst = out[0].as<float>();
     if (layout_ != ConvLayout::kNchw) {
       if (channels_ == 8) global_average_pool_blocked8(src, dst, images_, pixels_, partial_.data());
-      else global_average_pool_channels_inner(src, dst, images_, pixels_, channels_);
+      else global_average_pool_channels_inner(src, dst, images_, pixels_, channels_, partial_.data());
       return Status::Ok();
     }
     const int64_t planes = x[0] * x[1], size = x.numel() / std::max<int64_t>(planes, 1);

@@ -118,10 +118,11 @@ TEST(PoolLayout, Nchw8cNeedsWholeChannelBlocks) {
 
 TEST(PoolLayout, GlobalAveragePoolMatchesTheNchwReference) {
   // Pixels fewer than, equal to and not a multiple of the 4x16-pixel runs; more than one
-  // 1024-pixel chunk (2 and 3 chunks, the last partial); EfficientNet's SE shapes; zero batch.
-  const Shape shapes[] = {Shape{1, 8, 1, 1},    Shape{2, 16, 3, 5},   Shape{1, 24, 8, 8},  Shape{3, 8, 7, 9},
+  // 1024-pixel chunk (2 and 3 chunks, the last partial); EfficientNet's SE shapes; NHWC's tiles of
+  // 128 channels (one partial) by pixel runs (several, the last partial); zero batch.
+  const Shape shapes[] = {Shape{1, 8, 1, 1},    Shape{2, 16, 3, 5},   Shape{1, 24, 8, 8},   Shape{3, 8, 7, 9},
                           Shape{1, 16, 33, 37}, Shape{2, 8, 64, 48},  Shape{1, 96, 56, 56}, Shape{1, 480, 14, 14},
-                          Shape{0, 8, 4, 4}};
+                          Shape{1, 1152, 7, 7}, Shape{2, 304, 20, 21}, Shape{0, 8, 4, 4}};
   uint32_t seed = 400;
   for (const Shape& s : shapes) {
     // An offset, so the mean is not near zero and the relative tolerance means something.
