@@ -227,6 +227,15 @@ BENCHMARK_CAPTURE(concat, swin_merge4, std::vector<Shape>(4, Shape{1, 14, 14, 19
 BENCHMARK_CAPTURE(concat, swin_merge2, std::vector<Shape>(4, Shape{1, 28, 28, 96}), 3)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(concat, swin_roll_w, (std::vector<Shape>{{1, 28, 25, 192}, {1, 28, 3, 192}}), 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(concat, swin_roll_w1, (std::vector<Shape>{{1, 56, 53, 96}, {1, 56, 3, 96}}), 2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// DenseNet-121's dense Concats in NHWC (AVX-512's layout between FusedConvs): every earlier
+// feature map, 32 channels each, joined per pixel. Block 1's sixth layer and block 2's tenth.
+std::vector<Shape> dense_inputs(int64_t hw, int64_t c0, int layers) {
+  std::vector<Shape> v{{1, hw, hw, c0}};
+  for (int i = 0; i < layers; ++i) v.push_back({1, hw, hw, 32});
+  return v;
+}
+BENCHMARK_CAPTURE(concat, densenet_b1_l6, dense_inputs(56, 64, 5), 3)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(concat, densenet_b2_l10, dense_inputs(28, 128, 9), 3)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void transpose(benchmark::State& s, Shape shape, std::vector<int64_t> perm) {
   AttrMap a;
   a["perm"] = Attribute::Ints(perm);
@@ -262,6 +271,16 @@ void max_pool_layout(benchmark::State& s, const char* layout) {
 }
 BENCHMARK_CAPTURE(max_pool_layout, nchw8c, "nchw8c")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(max_pool_layout, nhwc, "nhwc")->Unit(benchmark::kMicrosecond);
+// SqueezeNet 1.1's first MaxPool (3x3, stride 2, ceil_mode, no padding) on [1, 64, 111, 111] in NHWC.
+void max_pool_squeezenet_nhwc(benchmark::State& s) {
+  AttrMap a;
+  a["kernel_shape"] = Attribute::Ints({3, 3});
+  a["strides"] = Attribute::Ints({2, 2});
+  a["ceil_mode"] = Attribute::Int(1);
+  a["layout"] = Attribute::String("nhwc");
+  run_op(s, "MaxPool", {random(DType::kFloat32, Shape{1, 111, 111, 64}, -4, 4, 1)}, a);
+}
+BENCHMARK(max_pool_squeezenet_nhwc)->Unit(benchmark::kMicrosecond);
 void global_avg_pool_layout(benchmark::State& s, const char* layout, const Shape* nchw) {
   AttrMap a;
   a["layout"] = Attribute::String(layout);
@@ -270,6 +289,10 @@ void global_avg_pool_layout(benchmark::State& s, const char* layout, const Shape
 BENCHMARK_CAPTURE(global_avg_pool_layout, nchw8c, "nchw8c", &kEff)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(global_avg_pool_layout, nchw8c_late, "nchw8c", &kEffLate)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(global_avg_pool_layout, nhwc, "nhwc", &kEff)->Unit(benchmark::kMicrosecond);
+const Shape kEffSe2{1, 96, 56, 56}, kEffSe6{1, 1152, 7, 7};
+BENCHMARK_CAPTURE(global_avg_pool_layout, nhwc_se2, "nhwc", &kEffSe2)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(global_avg_pool_layout, nhwc_late, "nhwc", &kEffLate)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(global_avg_pool_layout, nhwc_se6, "nhwc", &kEffSe6)->Unit(benchmark::kMicrosecond);
 void se_gate_nchw8c(benchmark::State& s, const Shape* nchw) {  // gate first, as the exported graph has it
   const Shape x = in_layout("nchw8c", *nchw), gate{1, x[1], 1, 1, 8};
   run_op(s, "Mul", {random(DType::kFloat32, gate, 0, 1, 2), random(DType::kFloat32, x, -4, 4, 1)});
