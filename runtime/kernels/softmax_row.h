@@ -7,11 +7,13 @@
 #include <cstdint>
 
 #include "runtime/kernels/reduction_common.h"
+#include "runtime/kernels/vec_kernels.h"
 
 namespace kiln {
 
 // The transformer hot path: float32 rows along the contiguous last axis. One pass for the max,
-// one for exp and the sum, one to scale; AVX2 for each pass when compiled for it, the row's tail
+// one for exp and the sum, one to scale; AVX2 for each pass when compiled for it (the exp and
+// scale passes AVX-512 where the CPU has it, vec::Table::softmax_row), the row's tail
 // (n % 8) as one vector overlapping the body, so that a row of 49 takes no scalar exp (and no
 // masked store, which AMD's cores run as microcode).
 // exp(x - max) below e^-87 is taken as 0: those outputs are below FLT_MIN (the sum is >= 1), and
@@ -107,6 +109,12 @@ inline void softmax_row_f32(const float* xr, float* yr, int64_t n, bool log) {
 
 #ifdef KILN_REDUCTION_AVX2
 inline void softmax_row_with_max_f32(const float* x, float* y, int64_t n, float m) {
+  // With AVX-512 the exp and scale passes run 16 lanes wide (runtime/kernels/vec_kernels.inc),
+  // the tail through masked stores, which AVX-512 cores run natively.
+  if (const vec::Table& t = vec::table(); t.lanes == 16) {
+    t.softmax_row(x, y, n, m);
+    return;
+  }
   // The tail (n % 8) is the row's last 8 elements, overlapping the body: the sum masks the repeats
   // off, and the overlapping stores write the same values again. It goes first: in place, the
   // body's stores overwrite the x it overlaps.

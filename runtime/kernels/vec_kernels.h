@@ -51,6 +51,10 @@ using RowExtremeFn = bool (*)(const float* x, int64_t n, bool is_max, float* out
 using LayerNormRowFn = void (*)(const float* x, const float* scale, const float* bias, float* y, int64_t n, float eps,
                                 float* mean_out, float* inv_out);
 
+// Softmax of one row of n contiguous floats given its max m (NaN when an element is): y = e / sum(e),
+// e = exp(x - m), 0 where x - m < -87 (below FLT_MIN after the division). y may be x.
+using SoftmaxRowFn = void (*)(const float* x, float* y, int64_t n, float m);
+
 struct Table {
   const char* isa;
   int lanes;
@@ -65,6 +69,7 @@ struct Table {
   RowSumFn row_sum;
   RowExtremeFn row_extreme;
   LayerNormRowFn layer_norm;
+  SoftmaxRowFn softmax_row;
 };
 
 // The table for this CPU: AVX-512 where runtime/cpu_features.h reports F/BW/DQ/VL (KILN_MAX_CPU_ISA

@@ -31,6 +31,8 @@ inline __m256i first_lanes(int64_t n) {
 // The first n lanes (n < kLanes) from p, zeros elsewhere; the others are never touched.
 inline V load_partial(const float* p, int64_t n) { return _mm256_maskload_ps(p, first_lanes(n)); }
 inline void store_partial(float* p, int64_t n, V v) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+// v with the lanes from n on set to 0.
+inline V keep_first(V v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(first_lanes(n))); }
 // The even and the odd floats of the 16 in a, b (a stride-2 convolution's input columns by phase):
 // a0 a2 b0 b2 | a4 a6 b4 b6, then 64-bit lanes 0 2 1 3: a0 a2 a4 a6 b0 b2 b4 b6 (odds alike).
 inline void deinterleave2(V a, V b, V* even, V* odd) {

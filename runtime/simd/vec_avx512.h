@@ -40,6 +40,8 @@ inline M first_lanes(int64_t n) { return static_cast<M>(n >= 16 ? 0xffff : n <= 
 // The first n lanes (n < kLanes) from p, zeros elsewhere; the others are never touched.
 inline V load_partial(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
 inline void store_partial(float* p, int64_t n, V v) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
+// v with the lanes from n on set to 0.
+inline V keep_first(V v, int64_t n) { return _mm512_maskz_mov_ps(first_lanes(n), v); }
 
 inline V add(V a, V b) { return _mm512_add_ps(a, b); }
 inline V sub(V a, V b) { return _mm512_sub_ps(a, b); }

@@ -7,6 +7,7 @@
 
 #include "runtime/kernel_runner.h"
 #include "runtime/kernels/reduction_common.h"
+#include "runtime/kernels/vec_kernels.h"
 
 namespace kiln {
 namespace {
@@ -181,6 +182,44 @@ TEST(SoftmaxKernels, MaskedRowsFlushBelowFloatRangeAtAwkwardWidths) {
       for (int i = 0; i < n; ++i) s += std::exp(x[i] - m);
       for (int i = 0; i < n; ++i)
         ASSERT_NEAR((*r)[0].as<float>()[row * n + i], x[i] - m - std::log(s), 1e-5 * (1 + std::abs(x[i] - m))) << n;
+    }
+  }
+}
+
+// vec::Table::softmax_row, the AVX-512 build the kernels use where the CPU has it and the AVX2
+// build, at every width from 1 to 70 (whole vectors, tails, masked tails), in place and not, with
+// masked entries (flushed to 0 below e^-87) and a NaN entry (the whole row NaN).
+TEST(SoftmaxKernels, VectorRowOfEachIsaMatchesDoubleReference) {
+  std::vector<const vec::Table*> tables{&vec::avx2_table()};
+  if (vec::avx512_table()) tables.push_back(vec::avx512_table());
+  for (const vec::Table* t : tables) {
+    for (int n = 1; n <= 70; ++n) {
+      for (bool in_place : {false, true}) {
+        std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n) + 1, -7.0f);
+        for (int i = 0; i < n; ++i) x[i] = static_cast<float>(std::fmod(i * 2.71, 9.0) - 4.5) - ((i % 4 == 3) ? 95.0f : 0.0f);
+        float m = x[0];
+        for (float v : x) m = std::max(m, v);
+        float* out = in_place ? x.data() : y.data();
+        const std::vector<float> x0 = x;
+        t->softmax_row(x.data(), out, n, m);
+        double s = 0;
+        for (float v : x0) s += std::exp(static_cast<double>(v) - m);
+        for (int i = 0; i < n; ++i) {
+          const double want = std::exp(static_cast<double>(x0[i]) - m) / s;
+          if (x0[i] - m < -87.0f) {
+            ASSERT_EQ(out[i], 0.0f) << t->isa << " n=" << n << " i=" << i;
+          } else {
+            ASSERT_NEAR(out[i], want, 1e-6 * want + 1e-37) << t->isa << " n=" << n << " i=" << i;
+          }
+        }
+        if (!in_place) {
+          EXPECT_EQ(y[static_cast<size_t>(n)], -7.0f) << t->isa << " n=" << n << ": wrote past the row";
+        }
+        std::vector<float> bad = x0;
+        bad[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+        t->softmax_row(bad.data(), y.data(), n, std::numeric_limits<float>::quiet_NaN());
+        for (int i = 0; i < n; ++i) EXPECT_TRUE(std::isnan(y[i])) << t->isa << " n=" << n << " i=" << i;
+      }
     }
   }
 }
