@@ -298,6 +298,23 @@ static bool openmp_mode() {
 void ThreadPool::run_openmp_region(int64_t n, int64_t grain, ChunkFn fn, const void* ctx, int team) {
   const int64_t wanted = std::min<int64_t>({(n + grain - 1) / grain, int64_t{team} * kChunksPerThread, int64_t{UINT32_MAX}});
   const int64_t chunk = (n + wanted - 1) / wanted;
+  // Each thread first runs its own contiguous share of the chunks (slot s: the s-th share), then
+  // takes what is left of the others' from their fronts. Consecutive steps split their rows alike,
+  // so a step reads mostly what the same core wrote in the step before: with chunks claimed in one
+  // shared order the split changed from step to step, and the memory-bound steps of the
+  // convolutional nets (Concat, pools, elementwise) read half their input from the other core.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next;
+    int64_t end;
+  };
+  constexpr int kMaxShares = 16;
+  Share shares[kMaxShares];
+  const int64_t chunks = (n + chunk - 1) / chunk, per = (chunks + team - 1) / team;
+  const bool by_share = team <= kMaxShares;
+  for (int s = 0; by_share && s < team; ++s) {
+    shares[s].next.store(std::min(chunks, s * per), std::memory_order_relaxed);
+    shares[s].end = std::min(chunks, (s + 1) * per);
+  }
   std::atomic<int64_t> next{0};
   const int64_t start = now_ns();
   int64_t own_end = start, own_chunks = 0;
@@ -308,7 +325,15 @@ void ThreadPool::run_openmp_region(int64_t n, int64_t grain, ChunkFn fn, const v
     const int slot = omp_get_thread_num();
     // Chunks claimed one at a time: a thread that joins late finds its share taken.
     int64_t mine = 0;
-    for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < n; ++mine) fn(ctx, b, std::min(n, b + chunk), slot);
+    if (by_share) {
+      for (int k = 0; k < team; ++k) {
+        Share& share = shares[(slot + k) % team];
+        for (int64_t i; (i = share.next.fetch_add(1, std::memory_order_relaxed)) < share.end; ++mine)
+          fn(ctx, i * chunk, std::min(n, (i + 1) * chunk), slot);
+      }
+    } else {
+      for (int64_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < n; ++mine) fn(ctx, b, std::min(n, b + chunk), slot);
+    }
     if (slot == 0) {
       own_end = now_ns();
       own_chunks = mine;

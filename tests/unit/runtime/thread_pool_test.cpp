@@ -167,6 +167,35 @@ TEST(ThreadPool, RegionsRunOnOpenmpsTeamUntilItIsLate) {
   if (!late) GTEST_SKIP() << "OpenMP's worker never took a chunk (the machine is busy)";
 }
 
+// On OpenMP's team each thread starts on its own contiguous share of a region's chunks (the second
+// thread on the second half), so consecutive steps split their rows alike. A thread only takes
+// others' chunks after its own share is done, so the second thread's first chunk, whenever it runs
+// one, lies in the second half: with chunks claimed in one shared order it would be near the start.
+TEST(ThreadPool, OpenmpTeamThreadsStartOnTheirOwnShare) {
+  ThreadPool& pool = ThreadPool::global();
+  if (pool.max_threads() != 2 || omp_get_max_threads() != 2 || kiln_workers_only())
+    GTEST_SKIP() << "needs a team of 2 on OpenMP (KILN_THREAD_POOL unset)";
+  constexpr int64_t n = 64;  // grain 1: 16 chunks of 4 items, 8 per thread
+  int regions_with_both = 0;
+  for (int attempt = 0; attempt < 50 && regions_with_both < 5; ++attempt) {
+    std::atomic<int64_t> first[2] = {-1, -1};
+    std::atomic<bool> on_team{false};
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t, int slot) {
+      on_team.store(omp_in_parallel() != 0);
+      int64_t none = -1;
+      first[slot].compare_exchange_strong(none, b);
+      // Long enough that both threads are in the region at once.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+    if (!on_team.load() || first[1].load() < 0) continue;
+    ++regions_with_both;
+    EXPECT_GE(first[1].load(), n / 2) << "attempt " << attempt;
+  }
+  if (regions_with_both == 0) GTEST_SKIP() << "the second thread never took a chunk on OpenMP's team (a busy machine)";
+}
+
 // Reconfiguring restarts the workers with the new team size; pinning to a CPU that does not exist
 // is a one-line error and the pool keeps working unpinned.
 TEST(ThreadPool, ConfigureTeamSizeAndBadCpu) {
