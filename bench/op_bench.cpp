@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu_features.h"
 #include "runtime/kernel.h"
 #include "runtime/tensor.h"
 
@@ -335,6 +336,26 @@ KILN_CONV3X3(onednn);
 KILN_CONV3X3(im2col_panel);
 KILN_CONV3X3(winograd_f4x3);
 #undef KILN_CONV3X3
+
+// The layout builder/passes/conv_channels_last.cpp keeps between FusedConvs on this CPU.
+const char* conv_layout_for_bench() { return cpu_info().avx512 ? "nhwc" : "nchw8c"; }
+
+// The stems of the zoo: a 3-channel NCHW image into the layout kept between FusedConvs (NHWC on
+// AVX-512), 3x3 stride 2 pad 1 with ReLU. Arguments: output channels, the square input's side.
+void stem_conv(benchmark::State& s, const char* impl) {
+  const int64_t oc = s.range(0), hw = s.range(1);
+  AttrMap a;
+  a["pads"] = Attribute::Ints({1, 1, 1, 1});
+  a["strides"] = Attribute::Ints({2, 2});
+  a["activation"] = Attribute::String("relu");
+  a["y_layout"] = Attribute::String(conv_layout_for_bench());
+  run_op(s, "FusedConv",
+         {random(DType::kFloat32, Shape{1, 3, hw, hw}, -1, 1, 1), random(DType::kFloat32, Shape{oc, 3, 3, 3}, -0.3, 0.3, 2),
+          random(DType::kFloat32, Shape{oc}, -1, 1, 3)},
+         a, impl);
+}
+BENCHMARK_CAPTURE(stem_conv, onednn, "onednn")->Args({16, 224})->Args({32, 224})->Args({64, 224})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(stem_conv, im2col_panel, "im2col_panel")->Args({16, 224})->Args({32, 224})->Args({64, 224})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // EfficientNet-B0's depthwise convolutions (pad k / 2, bias, SiLU) in nChw8c, on oneDNN's jit_dw
 // (SiLU as kiln's pass after the primitive) and on "depthwise_direct" (the epilogue in registers);
