@@ -7,9 +7,9 @@
 //
 // Taken when the FusedConv is 2-D with no layout yet, its output [N, C, H, W] (C, H, W known) is read
 // only by that Reshape, whose shape is a constant and whose output [N, C, H*W] is not a graph output
-// and is read only by Transposes(0, 2, 1) whose outputs are not graph outputs. Runs after conv_epilogue_fusion (it needs the FusedConvs)
-// and before conv_channels_last, which would otherwise give the convolution the build CPU's blocked
-// layout and leave the Transpose to undo it.
+// and is read only by Transposes(0, 2, 1) whose outputs are not graph outputs either. Runs after
+// conv_epilogue_fusion (it needs the FusedConvs) and before conv_channels_last, which would
+// otherwise give the convolution the build CPU's blocked layout and leave the Transpose to undo it.
 #include <optional>
 #include <set>
 
