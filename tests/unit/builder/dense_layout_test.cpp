@@ -103,20 +103,9 @@ OnnxModelBuilder dense_model() {
 using testing::Built;
 using testing::build_and_run;
 
-const Node* producer(const Graph& g, const std::string& value) {
-  const int v = g.find_value(value);
-  for (const auto& n : g.nodes)
-    if (!n.removed && !n.outputs.empty() && n.outputs[0] == v) return &n;
-  return nullptr;
-}
-
+using testing::attr_or;
 using testing::count_op;
-
-std::string attr_or(const Node* n, const char* name, const std::string& def) {
-  if (!n) return "<no producer>";
-  auto it = n->attrs.find(name);
-  return it == n->attrs.end() ? def : it->second.kind == Attribute::Kind::kString ? it->second.s : std::to_string(it->second.i);
-}
+using testing::producer;
 
 // The value's recorded rank: 5 in nChw8c, 4 in NHWC and NCHW.
 size_t rank_of(const Graph& g, const std::string& value) {

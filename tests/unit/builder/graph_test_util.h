@@ -22,6 +22,22 @@ inline int count_op(const Graph& g, const std::string& op) {
   return c;
 }
 
+// The live node whose first output is `value`, or null.
+inline const Node* producer(const Graph& g, const std::string& value) {
+  const int v = g.find_value(value);
+  for (const auto& n : g.nodes)
+    if (!n.removed && !n.outputs.empty() && n.outputs[0] == v) return &n;
+  return nullptr;
+}
+
+// Attribute `name` of `n` as text (a string's value, an int's digits), `def` when `n` has none,
+// "<no producer>" when `n` is null.
+inline std::string attr_or(const Node* n, const char* name, const std::string& def) {
+  if (!n) return "<no producer>";
+  auto it = n->attrs.find(name);
+  return it == n->attrs.end() ? def : it->second.kind == Attribute::Kind::kString ? it->second.s : std::to_string(it->second.i);
+}
+
 // A graph after the pass pipeline, its passes' log, and its first output run on one input "x".
 struct Built {
   std::vector<float> y;

@@ -17,10 +17,12 @@
 namespace kiln {
 namespace {
 
+using testing::attr_or;
 using testing::Built;
 using testing::build_and_run;
 using testing::count_op;
 using testing::OnnxModelBuilder;
+using testing::producer;
 using testing::random_f32;
 
 void init(OnnxModelBuilder& b, const std::string& name, std::vector<int64_t> dims, uint32_t seed, float scale = 0.0f) {
@@ -120,18 +122,6 @@ OnnxModelBuilder convnext_like() {
   return b;
 }
 
-std::string attr_or(const Node& n, const char* name, const std::string& def) {
-  auto it = n.attrs.find(name);
-  return it == n.attrs.end() ? def : it->second.s;
-}
-
-const Node* producer(const Graph& g, const std::string& value) {
-  const int v = g.find_value(value);
-  for (const auto& n : g.nodes)
-    if (!n.removed && !n.outputs.empty() && n.outputs[0] == v) return &n;
-  return nullptr;
-}
-
 void expect_same(const Built& a, const Built& b, const std::string& what) {
   ASSERT_EQ(a.y.size(), b.y.size()) << what;
   for (size_t i = 0; i < a.y.size(); ++i) EXPECT_NEAR(a.y[i], b.y[i], 1e-4 * (1.0 + std::abs(b.y[i]))) << what << ", element " << i;
@@ -157,15 +147,15 @@ TEST(NhwcTransposeFolding, ConvNextTransposesVanishAndOutputsMatch) {
     const Graph& b = on.graph;
     // The stem writes NHWC from its NCHW input; the blocks' depthwise convolutions read and write it,
     // as does the downsampling convolution; the GlobalAveragePool reads it.
-    EXPECT_EQ(attr_or(*producer(b, "stem"), "x_layout", "nchw"), "nchw") << layout;
-    EXPECT_EQ(attr_or(*producer(b, "stem"), "y_layout", "nchw"), "nhwc") << layout;
+    EXPECT_EQ(attr_or(producer(b, "stem"), "x_layout", "nchw"), "nchw") << layout;
+    EXPECT_EQ(attr_or(producer(b, "stem"), "y_layout", "nchw"), "nhwc") << layout;
     for (const char* dw : {"x1_dw", "x2_dw", "x4_dw"}) {
-      EXPECT_EQ(attr_or(*producer(b, dw), "x_layout", "nchw"), "nhwc") << dw << " " << layout;
-      EXPECT_EQ(attr_or(*producer(b, dw), "y_layout", "nchw"), "nhwc") << dw << " " << layout;
+      EXPECT_EQ(attr_or(producer(b, dw), "x_layout", "nchw"), "nhwc") << dw << " " << layout;
+      EXPECT_EQ(attr_or(producer(b, dw), "y_layout", "nchw"), "nhwc") << dw << " " << layout;
     }
-    EXPECT_EQ(attr_or(*producer(b, "x3"), "x_layout", "nchw"), "nhwc") << layout;
-    EXPECT_EQ(attr_or(*producer(b, "x3"), "y_layout", "nchw"), "nhwc") << layout;
-    EXPECT_EQ(attr_or(*producer(b, "pool"), "layout", "nchw"), "nhwc") << layout;
+    EXPECT_EQ(attr_or(producer(b, "x3"), "x_layout", "nchw"), "nhwc") << layout;
+    EXPECT_EQ(attr_or(producer(b, "x3"), "y_layout", "nchw"), "nhwc") << layout;
+    EXPECT_EQ(attr_or(producer(b, "pool"), "layout", "nchw"), "nhwc") << layout;
     // With the Transposes gone matmul_scale_fusion takes each layer scale and residual add.
     EXPECT_EQ(count_op(b, "FusedElementwise") + count_op(b, "Mul") + count_op(b, "Add"), 0) << layout;
     const Value& x1 = b.values[b.find_value("x1")];
@@ -208,9 +198,9 @@ TEST(NhwcTransposeFolding, LeavesWhatItCannotKeepAlone) {
   // The two depthwise outputs' Transpose(0, 2, 3, 1) go; the blocks' Transpose(0, 3, 1, 2) and the
   // two others stay.
   EXPECT_EQ(count_op(on.graph, "Transpose"), 4);
-  EXPECT_EQ(attr_or(*producer(on.graph, "x1_dw"), "x_layout", "nchw"), "nchw");
-  EXPECT_EQ(attr_or(*producer(on.graph, "x1_dw"), "y_layout", "nchw"), "nhwc");
-  EXPECT_EQ(attr_or(*producer(on.graph, "x2_dw"), "x_layout", "nchw"), "nchw");
+  EXPECT_EQ(attr_or(producer(on.graph, "x1_dw"), "x_layout", "nchw"), "nchw");
+  EXPECT_EQ(attr_or(producer(on.graph, "x1_dw"), "y_layout", "nchw"), "nhwc");
+  EXPECT_EQ(attr_or(producer(on.graph, "x2_dw"), "x_layout", "nchw"), "nchw");
   const Value& x1 = on.graph.values[on.graph.find_value("x1")];
   ASSERT_TRUE(x1.shape.has_value());
   EXPECT_EQ(sym_shape_str(*x1.shape), sym_shape_str(from_shape(Shape{kN, 12, 5, 7})));
@@ -232,7 +222,7 @@ TEST(NhwcTransposeFolding, NoTransposeNoChange) {
   const Tensor x = random_f32(Shape{kN, 16, 5, 7}, 9);
   const Built on = build_and_run(*g, {}, "nchw8c", x);
   for (const auto& line : on.log) EXPECT_NE(line.rfind("nhwc_transpose_folding", 0), 0u) << line;
-  EXPECT_EQ(attr_or(*producer(on.graph, "a"), "y_layout", "nchw"), "nchw8c");
+  EXPECT_EQ(attr_or(producer(on.graph, "a"), "y_layout", "nchw"), "nchw8c");
   const Built unfused = build_and_run(*g, kUnfused, "", x);
   expect_same(on, unfused, "pass on");
 }

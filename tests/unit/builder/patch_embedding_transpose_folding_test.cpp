@@ -18,10 +18,12 @@
 namespace kiln {
 namespace {
 
+using testing::attr_or;
 using testing::Built;
 using testing::build_and_run;
 using testing::count_op;
 using testing::OnnxModelBuilder;
+using testing::producer;
 using testing::random_f32;
 
 constexpr int64_t kN = 2, kH = 13, kW = 11, kC = 20, kPatches = 6 * 5;
@@ -66,19 +68,7 @@ OnnxModelBuilder vit_stem(const std::vector<int64_t>& flat_shape, bool relu) {
   return b;
 }
 
-const Node* producer(const Graph& g, const std::string& value) {
-  const int v = g.find_value(value);
-  for (const auto& n : g.nodes)
-    if (!n.removed && !n.outputs.empty() && n.outputs[0] == v) return &n;
-  return nullptr;
-}
-
-std::string y_layout(const Graph& g, const std::string& value) {
-  const Node* n = producer(g, value);
-  if (n == nullptr) return "(no producer)";
-  auto it = n->attrs.find("y_layout");
-  return it == n->attrs.end() ? "nchw" : it->second.s;
-}
+std::string y_layout(const Graph& g, const std::string& value) { return attr_or(producer(g, value), "y_layout", "nchw"); }
 
 void expect_same(const Built& a, const Built& b, const std::string& what) {
   ASSERT_EQ(a.y.size(), b.y.size()) << what;

@@ -341,20 +341,10 @@ OnnxModelBuilder inception_model() {
   return b;
 }
 
+using testing::attr_or;
 using testing::Built;
 using testing::build_and_run;
-
-std::string attr_or(const Node& n, const char* name, const std::string& def) {
-  auto it = n.attrs.find(name);
-  return it == n.attrs.end() ? def : it->second.kind == Attribute::Kind::kString ? it->second.s : std::to_string(it->second.i);
-}
-
-const Node* producer(const Graph& g, const std::string& value) {
-  const int v = g.find_value(value);
-  for (const auto& n : g.nodes)
-    if (!n.removed && !n.outputs.empty() && n.outputs[0] == v) return &n;
-  return nullptr;
-}
+using testing::producer;
 
 TEST(ConvChannelsLast, BothLayoutsMatchTheUnfusedGraph) {
   auto g = inception_model().import();
@@ -370,22 +360,22 @@ TEST(ConvChannelsLast, BothLayoutsMatchTheUnfusedGraph) {
     // Every value between convolutions is in the layout, through both MaxPools and the Concat,
     // except e (12 channels) in nChw8c; the graph input and output stay NCHW.
     const std::string L = layout;
-    EXPECT_EQ(attr_or(*producer(b, "r0"), "x_layout", "nchw"), "nchw");
-    EXPECT_EQ(attr_or(*producer(b, "r0"), "y_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "p0"), "layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "pc"), "layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "cat"), "axis", ""), blocked ? "1" : "3");
-    EXPECT_EQ(attr_or(*producer(b, "a"), "x_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "d"), "x_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "e"), "y_layout", "nchw"), blocked ? "nchw" : L);
-    EXPECT_EQ(attr_or(*producer(b, "f"), "x_layout", "nchw"), blocked ? "nchw" : L);
-    EXPECT_EQ(attr_or(*producer(b, "g"), "residual_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "y"), "y_layout", "nchw"), "nchw");
-    EXPECT_EQ(attr_or(*producer(b, "y"), "x_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "sq"), "layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "se1r"), "x_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "s"), "x_layout", "nchw"), L);
-    EXPECT_EQ(attr_or(*producer(b, "s"), "y_layout", "nchw"), L);  // the Sigmoid fused into the Conv
+    EXPECT_EQ(attr_or(producer(b, "r0"), "x_layout", "nchw"), "nchw");
+    EXPECT_EQ(attr_or(producer(b, "r0"), "y_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "p0"), "layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "pc"), "layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "cat"), "axis", ""), blocked ? "1" : "3");
+    EXPECT_EQ(attr_or(producer(b, "a"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "d"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "e"), "y_layout", "nchw"), blocked ? "nchw" : L);
+    EXPECT_EQ(attr_or(producer(b, "f"), "x_layout", "nchw"), blocked ? "nchw" : L);
+    EXPECT_EQ(attr_or(producer(b, "g"), "residual_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "y"), "y_layout", "nchw"), "nchw");
+    EXPECT_EQ(attr_or(producer(b, "y"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "sq"), "layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "se1r"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "s"), "x_layout", "nchw"), L);
+    EXPECT_EQ(attr_or(producer(b, "s"), "y_layout", "nchw"), L);  // the Sigmoid fused into the Conv
     const Value& cat = b.values[b.find_value("cat")];
     ASSERT_TRUE(cat.shape.has_value());
     EXPECT_EQ(sym_shape_str(*cat.shape), sym_shape_str(from_shape(blocked ? Shape{2, 4, 5, 4, 8} : Shape{2, 5, 4, 32})));
@@ -404,7 +394,7 @@ TEST(ConvChannelsLast, LayoutFollowsTheCpu) {
   ASSERT_TRUE(g.ok()) << g.status().message();
   const Tensor x = random_f32(Shape{2, 3, 12, 10}, 43);
   const Built host = build_and_run(*g, {}, "", x);
-  EXPECT_EQ(attr_or(*producer(host.graph, "r0"), "y_layout", "nchw"), conv_activation_layout_for_host());
+  EXPECT_EQ(attr_or(producer(host.graph, "r0"), "y_layout", "nchw"), conv_activation_layout_for_host());
   const Built off = build_and_run(*g, {"conv_epilogue_fusion"}, "", x);
   ASSERT_EQ(host.y.size(), off.y.size());
   for (size_t i = 0; i < off.y.size(); ++i) EXPECT_NEAR(host.y[i], off.y[i], 1e-4 * (1.0 + std::abs(off.y[i]))) << "element " << i;
