@@ -209,7 +209,12 @@ Status ExecutionContext::plan_arena() {
     desc[v] = value_desc(static_cast<int>(v));
     bound[v] = bound_outputs_[v].present();
   }
-  layout_ = layout_arena(*plan_, memory_, desc, bound);
+  // Every kernel has been prepared for these shapes by the unplanned run before.
+  std::vector<int> writes_over(plan_->steps.size(), -1);
+  for (size_t s = 0; s < plan_->steps.size(); ++s)
+    for (size_t i = 0; i < plan_->steps[s].inputs.size() && writes_over[s] < 0; ++i)
+      if (kernels_[s] && kernels_[s]->writes_over_input(i)) writes_over[s] = static_cast<int>(i);
+  layout_ = layout_arena(*plan_, memory_, desc, bound, writes_over);
   const size_t total = layout_.bytes;
   if (total > arena_bytes_ || !arena_) {
     const std::string what = "profile '" + (plan_->profile.empty() ? std::string("<none>") : plan_->profile) + "': the activation arena";

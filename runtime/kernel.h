@@ -39,6 +39,15 @@ class Kernel {
   virtual Status run(std::span<const TensorView> inputs, std::span<const TensorView> outputs) = 0;
   // Name of the implementation ("reference", "onednn", ...), shown by engine inspection.
   virtual const char* impl_name() const { return "reference"; }
+  // Whether output 0 may be written into input `i`'s buffer (ONNX Runtime's MayInplace): as
+  // prepared for the current shapes, the kernel reads each element of input i before it writes the
+  // element of output 0 at the same index and reads none of input i after writing another, so the
+  // two may share one buffer. Asked after prepare(); where nothing reads input i after this step,
+  // the context places output 0 in its buffer (a residual the convolution adds onto needs no copy).
+  virtual bool writes_over_input(size_t i) const {
+    (void)i;
+    return false;
+  }
 };
 
 // kiln's own fused ops (FusedMatMul, FusedConv, FusedRotary, ...) live in this domain, as ONNX

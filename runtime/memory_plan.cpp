@@ -143,9 +143,48 @@ void place_joined_inputs(const Plan& plan, const PlanMemory& m, std::span<const 
     }
   }
 }
+
+// Output 0 of a step whose kernel writes over input i (writes_over[s] = i) takes that input's buffer
+// where the step is its last reader and the buffer is the input's alone: produced by a step (not
+// the caller's input or a constant), not a view, not a slice of a joined output nor holding slices,
+// neither bound nor a graph output, not read through another input of the step, and of output 0's
+// size. A chain of such steps (the residual stream through a ResNet's blocks) shares one buffer.
+void place_over_inputs(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
+                       std::span<const int> writes_over, ArenaLayout& layout) {
+  if (writes_over.empty()) return;
+  const size_t nv = plan.values.size();
+  std::vector<char> is_output(nv, 0), holds_slices(nv, 0), written_over(nv, 0);
+  for (int v : plan.outputs) is_output[v] = 1;
+  for (size_t v = 0; v < nv; ++v)
+    if (layout.host[v] >= 0) holds_slices[layout.host[v]] = 1;
+  auto top = [&](int v) {
+    while (layout.host[v] >= 0) v = layout.host[v];
+    return v;
+  };
+  auto free_value = [&](int v) { return !bound[v] && !is_output[v] && m.alias_root[v] < 0; };
+  for (size_t s = 0; s < plan.steps.size() && s < writes_over.size(); ++s) {
+    const PlanStep& step = plan.steps[s];
+    const int i = writes_over[s];
+    if (i < 0 || static_cast<size_t>(i) >= step.inputs.size() || step.outputs.empty()) continue;
+    const int in = step.inputs[i], out = step.outputs[0];
+    if (in < 0 || out < 0 || in == out || !free_value(in) || !free_value(out) || layout.host[out] >= 0) continue;
+    if (m.producer[in] < 0 || m.last_use[in] != static_cast<int>(s) || holds_slices[in] || (layout.host[in] >= 0 && !written_over[in])) continue;
+    if (desc[in].dtype != desc[out].dtype || desc[in].shape.numel() != desc[out].shape.numel()) continue;
+    bool read_elsewhere = false;
+    for (size_t j = 0; j < step.inputs.size(); ++j) {
+      const int v = step.inputs[j];
+      read_elsewhere = read_elsewhere || (j != static_cast<size_t>(i) && v >= 0 && top(m.root(v)) == top(in));
+    }
+    if (read_elsewhere) continue;
+    layout.host[out] = in;
+    layout.host_offset[out] = 0;
+    written_over[out] = 1;
+  }
+}
 }  // namespace
 
-ArenaLayout layout_arena(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound) {
+ArenaLayout layout_arena(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
+                         std::span<const int> writes_over) {
   const size_t nv = plan.values.size();
   ArenaLayout layout;
   layout.offsets.assign(nv, 0);
@@ -158,6 +197,7 @@ ArenaLayout layout_arena(const Plan& plan, const PlanMemory& m, std::span<const 
       end[v] = m.last_use[v] < 0 ? static_cast<int>(s) : m.last_use[v];
     }
   place_joined_inputs(plan, m, desc, bound, layout);
+  place_over_inputs(plan, m, desc, bound, writes_over, layout);
   // A hosted value lives inside its host's buffer, which must then live from the first write of
   // any part to the last read of any part.
   auto top = [&](int v) {

@@ -36,8 +36,10 @@ struct PlanMemory {
 
 struct ArenaLayout {
   std::vector<size_t> offsets;        // per value: byte offset in the arena (produced values only)
-  std::vector<int> host;              // per value: the joined output (Concat) whose buffer holds it, or -1
-  std::vector<size_t> host_offset;    // its byte offset within that output
+  // per value: the value whose buffer holds it, or -1: the joined output (Concat) it is a slice of,
+  // or the input its producer wrote over (writes_over)
+  std::vector<int> host;
+  std::vector<size_t> host_offset;    // its byte offset within that value's buffer
   size_t bytes = 0;                   // the arena's size
 };
 
@@ -45,7 +47,10 @@ struct ArenaLayout {
 // and shape at the planned run; `bound` marks outputs the caller bound to its own buffers (they
 // neither host nor are hosted). An input written by a kernel is placed at its slice of a joining
 // step's output when the slices are contiguous (all dims before the axis are 1), so the join
-// skips it: torch.stack of KV caches costs no copy.
-ArenaLayout layout_arena(const Plan& plan, const PlanMemory& memory, std::span<const TensorDesc> desc, std::span<const char> bound);
+// skips it: torch.stack of KV caches costs no copy. `writes_over` (per step, or empty) is the input
+// whose buffer the step's kernel may write output 0 into (Kernel::writes_over_input), or -1: where
+// the step is that input's last reader, output 0 takes the input's buffer (a FusedConv's residual).
+ArenaLayout layout_arena(const Plan& plan, const PlanMemory& memory, std::span<const TensorDesc> desc, std::span<const char> bound,
+                         std::span<const int> writes_over = {});
 
 }  // namespace kiln

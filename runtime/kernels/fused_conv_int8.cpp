@@ -55,6 +55,9 @@ class OnednnInt8FusedConv final : public OnednnKernel {
   OnednnInt8FusedConv(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec, float a_scale, bool a_unsigned)
       : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec), a_scale_(a_scale), unsigned_(a_unsigned) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : "onednn_int8"; }
+  // As the float32 kernel: the residual is in the output, or reordered into the blocked buffer,
+  // before the output is written.
+  bool writes_over_input(size_t i) const override { return i == 3 && !use_ref_ && has_res_ && (copy_res_ || blocked_dst_); }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -197,7 +200,7 @@ class OnednnInt8FusedConv final : public OnednnKernel {
     if (!blocked_dst_) conv_.bind(dst_slot_, out[0].data);
     // The sum post-op accumulates onto what the destination holds: the residual.
     if (copy_res_) {
-      std::memcpy(out[0].data, in[3].data, in[3].nbytes());
+      if (out[0].data != in[3].data) std::memcpy(out[0].data, in[3].data, in[3].nbytes());
     } else if (has_res_) {
       res_in_.bind(res_slot_, in[3].data);
       if (!blocked_dst_) res_in_.bind(res_dst_slot_, out[0].data);

@@ -40,6 +40,10 @@ class Im2colConvKernel final : public Kernel {
   Im2colConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec)
       : ref_(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : "im2col_panel"; }
+  // The GEMM adds a residual in Y's layout as it stores each value (panel_gemm reads a residual
+  // that is Y itself first); otherwise the epilogue reads a pixel's residual before writing its Y
+  // from scratch. Only a GEMM writing Y before the epilogue reads the residual cannot share.
+  bool writes_over_input(size_t i) const override { return i == 3 && !use_ref_ && has_res_ && (res_in_gemm_ || !y_direct_); }
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
 
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {

@@ -90,6 +90,9 @@ class NchwConvKernel final : public Kernel {
       : ref_(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec) {}
   // "reference" once prepare() handed the current shapes to the reference kernel.
   const char* impl_name() const override { return prepared_ && mode_ == Mode::kReference ? "reference" : "nchw_direct"; }
+  // Pointwise: a residual that is Y itself is the GEMM's accumulator (beta 1). The depthwise rows
+  // store the convolution before their epilogue adds the residual, so they cannot share.
+  bool writes_over_input(size_t i) const override { return i == 3 && prepared_ && mode_ == Mode::kPointwise && has_res_; }
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
 
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -162,9 +165,12 @@ class NchwConvKernel final : public Kernel {
 
   Status run_pointwise(const float* x, const float* w, const float* bias, const float* res, float* y) const {
     const int64_t C = channels_, OC = out_channels_, HW = g_.in[0] * g_.in[1];
+    // A residual sharing Y's buffer is already where the GEMM writes: it accumulates onto it.
+    const float beta = res == y ? 1.0f : 0.0f;
+    if (res == y) res = nullptr;
     for (int64_t n = 0; n < batch_; ++n) {
       const OpenmpRegionScope team;  // dnnl_sgemm runs on OpenMP: the team is sized as for a primitive
-      const dnnl_status_t st = dnnl_sgemm('N', 'N', OC, HW, C, 1.0f, w, C, x + n * C * HW, HW, 0.0f, y + n * OC * HW, HW);
+      const dnnl_status_t st = dnnl_sgemm('N', 'N', OC, HW, C, 1.0f, w, C, x + n * C * HW, HW, beta, y + n * OC * HW, HW);
       if (st != dnnl_success) return Internal("nchw_direct: dnnl_sgemm failed with status " + std::to_string(static_cast<int>(st)));
     }
     if (!bias && !res && !has_act_) return Status::Ok();

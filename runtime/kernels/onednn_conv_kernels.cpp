@@ -64,6 +64,11 @@ class OnednnConvKernel final : public OnednnKernel {
     if (use_ref_) return "reference";
     return algo_ == ConvAlgo::kWinograd ? "onednn_winograd" : bf16_ ? "onednn_bf16" : "onednn";
   }
+  // The sum post-op accumulates onto the residual where the output is: in the output itself (then
+  // the residual is already there when they share a buffer), or in the blocked buffer the residual
+  // is reordered into before the output is written. A residual reordered straight into the output
+  // (its layout differs) cannot share.
+  bool writes_over_input(size_t i) const override { return i == 3 && !use_ref_ && has_res_ && (copy_res_ || blocked_dst_); }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -193,7 +198,7 @@ class OnednnConvKernel final : public OnednnKernel {
     if (!blocked_dst_) conv_.bind(dst_slot_, out[0].data);
     // The sum post-op accumulates onto what the destination holds: the residual.
     if (copy_res_) {
-      std::memcpy(out[0].data, in[3].data, in[3].nbytes());
+      if (out[0].data != in[3].data) std::memcpy(out[0].data, in[3].data, in[3].nbytes());
     } else if (has_res_) {
       res_in_.bind(res_slot_, in[3].data);
       if (!blocked_dst_) res_in_.bind(res_dst_slot_, out[0].data);

@@ -39,6 +39,9 @@ class OnednnSplitConvKernel final : public OnednnKernel {
   OnednnSplitConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec)
       : OnednnKernel(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : "onednn_split"; }
+  // Each part's sum post-op accumulates onto its slice of the output, where its slice of the
+  // residual is copied first (or already is).
+  bool writes_over_input(size_t i) const override { return i == 3 && !use_ref_ && has_res_; }
 
  protected:
   StatusOr<bool> build(std::span<const TensorView> in, std::span<const TensorView> out) override {
@@ -119,7 +122,7 @@ class OnednnSplitConvKernel final : public OnednnKernel {
         float* dst = y + p.o0 * out_plane_;
         const int64_t n = p.channels * out_plane_;
         // The sum post-op accumulates onto what the destination holds: the residual.
-        if (res) std::memcpy(dst, res + p.o0 * out_plane_, sizeof(float) * static_cast<size_t>(n));
+        if (res && res + p.o0 * out_plane_ != dst) std::memcpy(dst, res + p.o0 * out_plane_, sizeof(float) * static_cast<size_t>(n));
         p.exec.bind(p.src, x + p.c0 * in_plane_);
         p.exec.bind(p.dst, dst);
         if (bias) p.exec.bind(p.bias, bias + p.o0);

@@ -112,6 +112,9 @@ class WinogradConvKernel final : public Kernel {
   WinogradConvKernel(std::unique_ptr<Kernel> ref, WindowAttrs w, int64_t group, FusedSpec spec)
       : ref_(std::move(ref)), w_(std::move(w)), group_(group), spec_(spec) {}
   const char* impl_name() const override { return use_ref_ ? "reference" : "winograd_f4x3"; }
+  // Y is written only by the output transform, which adds each value's residual just before it
+  // stores it.
+  bool writes_over_input(size_t i) const override { return i == 3 && !use_ref_ && has_res_; }
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
 
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {

@@ -10,6 +10,7 @@
 #include "onnx_model_builder.h"
 #include "runtime/execution_context.h"
 #include "runtime/memory_plan.h"
+#include "unit/runtime/kernel_test_util.h"
 
 namespace kiln {
 namespace {
@@ -182,6 +183,97 @@ TEST(ArenaLayout, PrefixJoinsAreHostedInTheLargestJoin) {
   std::vector<char> bound6(10, 0);
   bound6[6] = 1;
   EXPECT_EQ(layout_arena(h.plan, m, d, bound6).host[4], -1);
+}
+
+TEST(ArenaLayout, AnOutputTakesTheBufferOfTheInputItsKernelWritesOver) {
+  // v1 = f(v0); v2 = g(v1); v3 = K(v1, v2) writing over v2; v4 = K(v3, v1) over v3 (a chain: one
+  // buffer); v5 = K(v4, v4) (read through its other input too); v6 = K(v1, v5) over v1 (read
+  // later); v7 = K(v6, v1) over v1 (its output is the graph's). v1 = f(v0) writes over v0, the
+  // caller's input.
+  HandPlan h(8);
+  h.step("Relu", {0}, {1})
+      .step("Neg", {1}, {2})
+      .step("Add", {1, 2}, {3})
+      .step("Add", {3, 1}, {4})
+      .step("Add", {4, 4}, {5})
+      .step("Add", {1, 5}, {6})
+      .step("Add", {6, 1}, {7});
+  h.plan.inputs = {0};
+  h.plan.outputs = {7};
+  const std::vector<int> writes_over{0, -1, 1, 0, 0, 0, 1};
+  const PlanMemory m = PlanMemory::analyze(h.plan, KernelRegistry::builtin());
+  const auto d = descs(h.plan, Shape{1024});
+  const size_t size = 4096;
+  std::vector<char> bound(8, 0);
+  ArenaLayout l = layout_arena(h.plan, m, d, bound, writes_over);
+  EXPECT_EQ(l.host[1], -1) << "the caller's input is never written over";
+  EXPECT_EQ(l.host[3], 2);
+  EXPECT_EQ(l.host[4], 3);
+  EXPECT_EQ(l.offsets[3], l.offsets[2]);
+  EXPECT_EQ(l.offsets[4], l.offsets[2]);
+  EXPECT_EQ(l.host[5], -1) << "v4 is read through both inputs";
+  EXPECT_EQ(l.host[6], -1) << "v1 is read after step 5";
+  EXPECT_EQ(l.host[7], -1) << "a graph output keeps its own buffer";
+  // The shared buffer lives from v2's write to v4's last read: v1 (live throughout) and v5 (written
+  // while v4 is read) stay apart from it.
+  EXPECT_FALSE(overlap(l, 1, 2, size));
+  EXPECT_FALSE(overlap(l, 5, 2, size));
+  EXPECT_FALSE(overlap(l, 6, 1, size));
+  // Without the kernels' word, or with the output bound to the caller's buffer, nothing is shared.
+  EXPECT_EQ(layout_arena(h.plan, m, d, bound).host[3], -1);
+  bound[3] = 1;
+  l = layout_arena(h.plan, m, d, bound, writes_over);
+  EXPECT_EQ(l.host[3], -1);
+  EXPECT_EQ(l.host[4], -1) << "v3 is the caller's buffer";
+}
+
+// A ResNet block through the context: the FusedConv adding the block's input writes into that
+// input's buffer in the planned run and computes what the unplanned run (buffers of their own) did.
+TEST(ExecutionContextViews, AResidualConvolutionWritesIntoItsResidual) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{1}, int64_t{5}, int64_t{9}, int64_t{7}});
+  auto weights = [&](const std::string& name, int64_t out, int64_t in, int64_t k, float scale) {
+    const Tensor t = testing::random_f32(Shape{out, in, k, k}, static_cast<uint32_t>(out * 31 + in * 7 + k), -scale, scale);
+    std::vector<float> v(t.as<float>(), t.as<float>() + t.numel());
+    b.initializer_f(name, v, {out, in, k, k});
+  };
+  weights("w1", 12, 5, 1, 0.5f);
+  weights("w2", 12, 12, 3, 0.2f);
+  weights("w3", 12, 12, 3, 0.2f);
+  weights("w4", 4, 12, 1, 0.3f);
+  auto conv = [&](const std::string& x, const std::string& w, const std::string& y, int64_t pad) {
+    OnnxModelBuilder::ints_attr(b.node("Conv", {x, w}, {y}), "pads", {pad, pad, pad, pad});
+  };
+  conv("x", "w1", "a", 0);
+  b.node("Relu", {"a"}, {"ar"});
+  conv("ar", "w2", "c2", 1);
+  b.node("Relu", {"c2"}, {"r2"});
+  conv("r2", "w3", "c3", 1);
+  b.node("Add", {"c3", "ar"}, {"s"});
+  b.node("Relu", {"s"}, {"sr"});
+  conv("sr", "w4", "y", 0);
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto plan = build_plan(*g, BuildOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const Plan& p = **plan;
+  int step = -1;
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (p.steps[s].op_type == "FusedConv" && p.steps[s].inputs.size() > 3 && p.steps[s].inputs[3] >= 0) step = static_cast<int>(s);
+  ASSERT_GE(step, 0) << "conv_epilogue_fusion adds the residual in the convolution";
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  const Tensor x = testing::random_f32(Shape{1, 5, 9, 7}, 77);
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  ASSERT_TRUE((*ctx)->run().ok());  // unplanned: every value in a buffer of its own
+  const Tensor first = Tensor::copy_of((*ctx)->output(0));
+  ASSERT_TRUE((*ctx)->run().ok());  // in the arena
+  const PlanStep& fused = p.steps[static_cast<size_t>(step)];
+  ASSERT_TRUE((*ctx)->kernel(static_cast<size_t>(step)).writes_over_input(3)) << (*ctx)->kernel(static_cast<size_t>(step)).impl_name();
+  EXPECT_EQ((*ctx)->value(fused.outputs[0]).data, (*ctx)->value(fused.inputs[3]).data);
+  EXPECT_NE((*ctx)->value(fused.outputs[0]).data, (*ctx)->value(fused.inputs[0]).data);
+  testing::expect_close(Tensor::copy_of((*ctx)->output(0)), first, 0, 0, "planned run vs unplanned");
 }
 
 // The same chain run: the Concats' outputs match a copy of their parts.
