@@ -137,6 +137,7 @@ void register_fused_matmul_int8_kernels(KernelRegistry& r);
 void register_fused_conv_int8_kernels(KernelRegistry& r);
 void register_im2col_conv_kernels(KernelRegistry& r);  // im2col_conv_kernels.cpp: FusedConv on the panel GEMM
 void register_winograd_conv_kernels(KernelRegistry& r);  // winograd_conv_kernels.cpp: 3x3 FusedConv by F(4x4, 3x3)
+void register_stem_conv_kernels(KernelRegistry& r);  // stem_conv_kernels.cpp: FusedConv on the image (1-4 channels)
 void register_onednn_split_conv_kernels(KernelRegistry& r);  // onednn_split_conv_kernels.cpp: parts on kiln's pool
 
 // FusedMatMul's reference kernel (reads the `activation` attribute), for kernels that wrap it.

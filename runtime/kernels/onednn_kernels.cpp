@@ -228,6 +228,7 @@ void register_onednn_kernels(KernelRegistry& r) {
   register_fused_conv_int8_kernels(r);
   register_im2col_conv_kernels(r);
   register_winograd_conv_kernels(r);
+  register_stem_conv_kernels(r);
   register_onednn_split_conv_kernels(r);
 }
 
