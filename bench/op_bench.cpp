@@ -493,6 +493,45 @@ void batchnorm(benchmark::State& s) {
 }
 BENCHMARK(batchnorm)->Unit(benchmark::kMicrosecond);
 
+// An unfused attention's products at mha_batch_first's shapes (12 heads of 64, 197 tokens, heads
+// interleaved as [S, H, D]): MatMul on Transposes the graph materialises, against StridedMatMul
+// reading the same operands through strides (builder/passes/matmul_transpose_folding.cpp).
+const Shape kHeads{197, 12, 64};
+void attention_qk(benchmark::State& s, const char* impl) {
+  run_op(s, "MatMul", {random(DType::kFloat32, Shape{12, 197, 64}, -1, 1, 1), random(DType::kFloat32, Shape{12, 64, 197}, -1, 1, 2)}, {}, impl);
+}
+void attention_pv(benchmark::State& s, const char* impl) {
+  run_op(s, "MatMul", {random(DType::kFloat32, Shape{12, 197, 197}, 0, 1, 1), random(DType::kFloat32, Shape{12, 197, 64}, -1, 1, 2)}, {}, impl);
+}
+void strided_qk(benchmark::State& s, const char* impl) {
+  AttrMap a;
+  a["perm_a"] = Attribute::Ints({1, 0, 2});
+  a["perm_b"] = Attribute::Ints({1, 2, 0});
+  a["alpha"] = Attribute::Float(0.125f);
+  run_op(s, "StridedMatMul", {random(DType::kFloat32, kHeads, -1, 1, 1), random(DType::kFloat32, kHeads, -1, 1, 2)}, a, impl);
+}
+void strided_pv(benchmark::State& s, const char* impl) {
+  AttrMap a;
+  a["perm_b"] = Attribute::Ints({1, 0, 2});
+  a["perm_y"] = Attribute::Ints({1, 0, 2});
+  run_op(s, "StridedMatMul", {random(DType::kFloat32, Shape{12, 197, 197}, 0, 1, 1), random(DType::kFloat32, kHeads, -1, 1, 2)}, a, impl);
+}
+void head_transpose(benchmark::State& s, std::vector<int64_t> perm) {
+  AttrMap a;
+  a["perm"] = Attribute::Ints(std::move(perm));
+  run_op(s, "Transpose", {random(DType::kFloat32, kHeads, -1, 1, 1)}, a);
+}
+BENCHMARK_CAPTURE(attention_qk, onednn, "onednn")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(attention_qk, panel, "panel")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(strided_qk, panel, "panel")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(strided_qk, onednn, "onednn")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(attention_pv, onednn, "onednn")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(attention_pv, panel, "panel")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(strided_pv, panel, "panel")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(strided_pv, onednn, "onednn")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(head_transpose, split, std::vector<int64_t>{1, 0, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(head_transpose, k_t, std::vector<int64_t>{1, 2, 0})->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace kiln
 

@@ -69,6 +69,7 @@ bool softmax_over_last_axis(const Graph& g, const Node& n);
 Status nhwc_transpose_folding(Graph& g, PassContext& ctx);
 Status patch_embedding_transpose_folding(Graph& g, PassContext& ctx);
 Status matmul_scale_fusion(Graph& g, PassContext& ctx);
+Status matmul_transpose_folding(Graph& g, PassContext& ctx);
 Status conv_channels_last(Graph& g, PassContext& ctx);
 // The layout conv_channels_last keeps between convolutions on this machine (cpu_info(), capped by
 // KILN_MAX_CPU_ISA): "nhwc" with AVX-512, "nchw8c" without.

@@ -100,6 +100,14 @@ const std::vector<Pass>& pass_pipeline() {
        "output instead of two); after nhwc_transpose_folding, which removes the Transpose between them, before "
        "elementwise_fusion, which would fuse the Mul and Add",
        matmul_scale_fusion},
+      {"matmul_transpose_folding",
+       "make each MatMul of two activations (an attention that did not fuse: Q x K^T, P x V) read its operands "
+       "through the Transposes that split the heads, write its product through the one that merges them and "
+       "apply a scalar scale of Q or of the scores as alpha, as one kiln::StridedMatMul: no pass over memory per "
+       "Transpose and scale; after attention_fusion, which takes these nodes when the attention fuses, and "
+       "matmul_scale_fusion, which folds a scale into the projection's weights where it can, before "
+       "elementwise_fusion, which would take the scale",
+       matmul_transpose_folding},
       {"unit_reshape_unwrap",
        "run an Add/Sub/Mul/Div of a constant found between a Reshape adding leading 1-dims and one dropping them "
        "(Swin's shifted-window mask) on the unreshaped value, the constant's leading 1-dims dropped; before "

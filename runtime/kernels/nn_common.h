@@ -20,6 +20,7 @@ void register_nn_norm_kernels(KernelRegistry& r);
 void register_nn_resize_kernels(KernelRegistry& r);
 void register_nn_rotary_kernels(KernelRegistry& r);
 void register_panel_matmul_kernels(KernelRegistry& r);
+void register_strided_matmul_kernels(KernelRegistry& r);  // strided_matmul_kernels.cpp: kiln's StridedMatMul
 void register_nchw_conv_kernels(KernelRegistry& r);  // nchw_conv_kernels.cpp: FusedConv "nchw_direct"
 void register_depthwise_conv_kernels(KernelRegistry& r);  // depthwise_conv_kernels.cpp: FusedConv "depthwise_direct"
 void register_depthwise_nchw_kernels(KernelRegistry& r);  // depthwise_nchw_kernels.cpp: FusedConv "depthwise_nchw"

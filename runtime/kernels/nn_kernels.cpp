@@ -80,6 +80,7 @@ StatusOr<WindowGeom> forward_window_geometry(const WindowAttrs& w, const int64_t
 void register_nn_kernels(KernelRegistry& r) {
   register_nn_matmul_kernels(r);
   register_panel_matmul_kernels(r);
+  register_strided_matmul_kernels(r);
   register_nn_conv_kernels(r);
   register_nchw_conv_kernels(r);
   register_depthwise_conv_kernels(r);

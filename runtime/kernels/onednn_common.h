@@ -131,6 +131,7 @@ StatusOr<std::shared_ptr<void>> onednn_packed_weights(const void* src, size_t sr
 dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims);
 
 void register_onednn_matmul_kernels(KernelRegistry& r);
+void register_onednn_strided_matmul_kernels(KernelRegistry& r);  // onednn_strided_matmul_kernels.cpp: StridedMatMul "onednn"
 void register_onednn_conv_kernels(KernelRegistry& r);
 void register_fused_matmul_kernels(KernelRegistry& r);
 void register_fused_matmul_int8_kernels(KernelRegistry& r);

@@ -222,6 +222,7 @@ dnnl::memory::dims onednn_plain_strides(const dnnl::memory::dims& dims) {
 
 void register_onednn_kernels(KernelRegistry& r) {
   register_onednn_matmul_kernels(r);
+  register_onednn_strided_matmul_kernels(r);
   register_onednn_conv_kernels(r);
   register_fused_matmul_kernels(r);
   register_fused_matmul_int8_kernels(r);

@@ -28,6 +28,31 @@ void pack(const float* w, int64_t K, int64_t N, float* packed) {
   }
 }
 
+void pack_strided(const float* w, int64_t K, int64_t N, int64_t sk, int64_t sn, float scale, float* packed) {
+  const int64_t panels = (N + kPanelCols - 1) / kPanelCols;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t n0 = p * kPanelCols, nr = N - n0 < kPanelCols ? N - n0 : kPanelCols;
+    float* panel = packed + p * K * kPanelCols;
+    if (sn == 1) {
+      for (int64_t k = 0; k < K; ++k) {
+        const float* src = w + k * sk + n0;
+        float* dst = panel + k * kPanelCols;
+        for (int64_t j = 0; j < nr; ++j) dst[j] = src[j] * scale;
+        for (int64_t j = nr; j < kPanelCols; ++j) dst[j] = 0.0f;
+      }
+      continue;
+    }
+    // Column by column: with sk == 1 (a transposed W, K^T of attention) each reads one contiguous
+    // run of W; the panel being written ([K, 64]) stays in cache at attention's K of 64.
+    for (int64_t j = 0; j < nr; ++j) {
+      const float* src = w + (n0 + j) * sn;
+      for (int64_t k = 0; k < K; ++k) panel[k * kPanelCols + j] = src[k * sk] * scale;
+    }
+    if (nr < kPanelCols)
+      for (int64_t k = 0; k < K; ++k) std::memset(panel + k * kPanelCols + nr, 0, sizeof(float) * static_cast<size_t>(kPanelCols - nr));
+  }
+}
+
 // cpu_info() is capped by KILN_MAX_CPU_ISA: "avx2" runs the AVX2 blocks on an AVX-512 machine.
 bool supported() { return cpu_info().avx2; }
 
@@ -70,7 +95,8 @@ void run_thread(const Args& g, const Split& s, int t, BlockFn run_block) {
   const int64_t u0 = s.units * t / s.threads, u1 = s.units * (t + 1) / s.threads;
   // A residual that is the output itself must be read before any partial sum is stored: one K
   // block then.
-  const bool aliased = g.residual && g.residual < g.y + g.M * g.N && g.y < g.residual + g.M * g.N;
+  const int64_t lda = g.lda ? g.lda : g.K, ldy = g.ldy ? g.ldy : g.N;
+  const bool aliased = g.residual && g.residual < g.y + g.M * ldy && g.y < g.residual + g.M * ldy;
   const int64_t depth = aliased ? imax(g.K, 1) : kDepth;
   const int64_t kblocks = (g.K + depth - 1) / depth, kc_even = (g.K + kblocks - 1) / kblocks;
   for (int64_t u = u0; u < u1; ++u) {
@@ -79,8 +105,8 @@ void run_thread(const Args& g, const Split& s, int t, BlockFn run_block) {
     const int64_t n0 = p * kPanelCols;
     Block k;
     k.cols = imin(kPanelCols, g.N - n0);
-    k.lda = g.K;
-    k.ldy = g.N;
+    k.lda = lda;
+    k.ldy = ldy;
     k.bias = g.bias ? g.bias + n0 : nullptr;
     k.act = g.act;
     // The next unit's panel, when it is another one: its first K block is prefetched during this
@@ -110,9 +136,9 @@ void run_thread(const Args& g, const Split& s, int t, BlockFn run_block) {
           const int64_t done = (rb - rb0) * per_block;
           prefetch_l2(ahead + 64 * done, imax(0, imin(per_block, ahead_lines - done)));
         }
-        k.a = g.a + m0 * g.K + k0;
-        k.y = g.y + m0 * g.N + n0;
-        k.residual = g.residual ? g.residual + m0 * g.N + n0 : nullptr;
+        k.a = g.a + m0 * lda + k0;
+        k.y = g.y + m0 * ldy + n0;
+        k.residual = g.residual ? g.residual + m0 * ldy + n0 : nullptr;
         run_block(static_cast<int>(imin(kRows, g.M - m0)), k);
       }
     }

@@ -30,15 +30,22 @@ enum class Act { kNone, kGeluErf, kGeluTanh };
 // Floats of W packed as panels.
 int64_t packed_floats(int64_t K, int64_t N);
 void pack(const float* w, int64_t K, int64_t N, float* packed);
+// pack() of a W read through strides, W[k][n] at w[k * sk + n * sn] (a transposed or permuted view
+// packs without being copied out first), each value times `scale` (a product's alpha, so the
+// register blocks need none).
+void pack_strided(const float* w, int64_t K, int64_t N, int64_t sk, int64_t sn, float scale, float* packed);
 
 struct Args {
-  const float* a = nullptr;  // [M, K]
+  const float* a = nullptr;  // [M, K], rows lda apart
   int64_t M = 0, K = 0, N = 0;
   const float* packed = nullptr;    // pack(W)
   const float* bias = nullptr;      // [N] or null
-  const float* residual = nullptr;  // [M, N] or null; may be y itself
-  float* y = nullptr;               // [M, N]
+  const float* residual = nullptr;  // [M, N], rows ldy apart, or null; may be y itself
+  float* y = nullptr;               // [M, N], rows ldy apart
   Act act = Act::kNone;
+  // Row strides in floats; 0 means dense (K for A, N for Y). A row stride lets a product read the
+  // rows of a transposed view (attention's heads interleaved in [S, H, D]) and write them there.
+  int64_t lda = 0, ldy = 0;
 };
 
 // Whether this CPU runs the kernel (AVX2 + FMA, kiln's baseline).
