@@ -144,6 +144,55 @@ TEST(ExecutionContext, SteadyStateRunDoesNotAllocate) {
   expect_matches((*ctx)->output(0), x);
 }
 
+// An unfused attention's QK^T through its head Transposes and scale becomes one StridedMatMul
+// (matmul_transpose_folding); its panel kernel and its infer() allocate nothing in a steady-state run.
+TEST(ExecutionContext, SteadyStateStridedMatMulDoesNotAllocate) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{2}, int64_t{5}, int64_t{3}, int64_t{8}});
+  b.initializer_f("two", {2.0f}, {});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"x"}, {"q"}), "perm", {0, 2, 1, 3});
+  b.node("Div", {"q", "two"}, {"qs"});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"x"}, {"kt"}), "perm", {0, 2, 3, 1});
+  b.node("MatMul", {"qs", "kt"}, {"y"});
+  b.output("y");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto built = build_plan(*g, BuildOptions{});
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  auto plan = std::make_shared<Plan>(**built);
+  int strided = 0;
+  for (auto& step : plan->steps) {
+    strided += step.op_type == "StridedMatMul";
+    step.impl = step.op_type == "StridedMatMul" ? "panel" : "reference";
+  }
+  ASSERT_EQ(strided, 1) << "matmul_transpose_folding takes the Transposes and the scale";
+  auto ctx = ExecutionContext::create(plan);
+  ASSERT_TRUE(ctx.ok());
+  Tensor x = Tensor::zeros(DType::kFloat32, Shape{2, 5, 3, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = 0.01f * static_cast<float>(i % 37) - 0.2f;
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  ASSERT_TRUE((*ctx)->run().ok());
+  ASSERT_TRUE((*ctx)->run().ok());
+  g_allocations = 0;
+  g_counting = true;
+  Status st = (*ctx)->run();
+  g_counting = false;
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(g_allocations.load(), 0) << "operator new called in a steady-state run";
+  // y[n, h, i, j] = sum_d x[n, i, h, d] / 2 * x[n, j, h, d]
+  const TensorView& y = (*ctx)->output(0);
+  ASSERT_EQ(y.shape, (Shape{2, 3, 5, 5}));
+  const float* xv = x.as<float>();
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          double want = 0;
+          for (int64_t d = 0; d < 8; ++d) want += xv[((n * 5 + i) * 3 + h) * 8 + d] / 2.0 * xv[((n * 5 + j) * 3 + h) * 8 + d];
+          EXPECT_NEAR(y.as<float>()[((n * 3 + h) * 5 + i) * 5 + j], want, 1e-5);
+        }
+}
+
 TEST(ExecutionContext, InputValidationNamesInputDimAndValue) {
   auto plan = dynamic_plan();
   ASSERT_NE(plan, nullptr);
