@@ -112,11 +112,15 @@ void host_prefix_joins(const Plan& plan, const PlanMemory& m, std::span<const Te
   }
 }
 
+// The value whose buffer holds `v`: its host's host, and so on (v itself when hosted by none).
+int host_root(const ArenaLayout& layout, int v) {
+  while (layout.host[v] >= 0) v = layout.host[v];
+  return v;
+}
+
 // Places the inputs of joining steps (Concat) in their slices of the joined output's buffer.
 void place_joined_inputs(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
-                         ArenaLayout& layout) {
-  std::vector<char> is_output(plan.values.size(), 0);
-  for (int v : plan.outputs) is_output[v] = 1;
+                         const std::vector<char>& is_output, ArenaLayout& layout) {
   host_prefix_joins(plan, m, desc, bound, is_output, layout);
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const PlanStep& step = plan.steps[s];
@@ -150,17 +154,12 @@ void place_joined_inputs(const Plan& plan, const PlanMemory& m, std::span<const 
 // neither bound nor a graph output, not read through another input of the step, and of output 0's
 // size. A chain of such steps (the residual stream through a ResNet's blocks) shares one buffer.
 void place_over_inputs(const Plan& plan, const PlanMemory& m, std::span<const TensorDesc> desc, std::span<const char> bound,
-                       std::span<const int> writes_over, ArenaLayout& layout) {
+                       const std::vector<char>& is_output, std::span<const int> writes_over, ArenaLayout& layout) {
   if (writes_over.empty()) return;
   const size_t nv = plan.values.size();
-  std::vector<char> is_output(nv, 0), holds_slices(nv, 0), written_over(nv, 0);
-  for (int v : plan.outputs) is_output[v] = 1;
+  std::vector<char> holds_slices(nv, 0), written_over(nv, 0);
   for (size_t v = 0; v < nv; ++v)
     if (layout.host[v] >= 0) holds_slices[layout.host[v]] = 1;
-  auto top = [&](int v) {
-    while (layout.host[v] >= 0) v = layout.host[v];
-    return v;
-  };
   auto free_value = [&](int v) { return !bound[v] && !is_output[v] && m.alias_root[v] < 0; };
   for (size_t s = 0; s < plan.steps.size() && s < writes_over.size(); ++s) {
     const PlanStep& step = plan.steps[s];
@@ -173,7 +172,7 @@ void place_over_inputs(const Plan& plan, const PlanMemory& m, std::span<const Te
     bool read_elsewhere = false;
     for (size_t j = 0; j < step.inputs.size(); ++j) {
       const int v = step.inputs[j];
-      read_elsewhere = read_elsewhere || (j != static_cast<size_t>(i) && v >= 0 && top(m.root(v)) == top(in));
+      read_elsewhere = read_elsewhere || (j != static_cast<size_t>(i) && v >= 0 && host_root(layout, m.root(v)) == host_root(layout, in));
     }
     if (read_elsewhere) continue;
     layout.host[out] = in;
@@ -196,17 +195,15 @@ ArenaLayout layout_arena(const Plan& plan, const PlanMemory& m, std::span<const 
       begin[v] = static_cast<int>(s);
       end[v] = m.last_use[v] < 0 ? static_cast<int>(s) : m.last_use[v];
     }
-  place_joined_inputs(plan, m, desc, bound, layout);
-  place_over_inputs(plan, m, desc, bound, writes_over, layout);
+  std::vector<char> is_output(nv, 0);
+  for (int v : plan.outputs) is_output[v] = 1;
+  place_joined_inputs(plan, m, desc, bound, is_output, layout);
+  place_over_inputs(plan, m, desc, bound, is_output, writes_over, layout);
   // A hosted value lives inside its host's buffer, which must then live from the first write of
   // any part to the last read of any part.
-  auto top = [&](int v) {
-    while (layout.host[v] >= 0) v = layout.host[v];
-    return v;
-  };
   for (size_t v = 0; v < nv; ++v)
     if (layout.host[v] >= 0) {
-      const int r = top(static_cast<int>(v));
+      const int r = host_root(layout, static_cast<int>(v));
       begin[r] = std::min(begin[r], begin[v]);
       end[r] = std::max(end[r], end[v]);
     }
