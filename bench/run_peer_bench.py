@@ -4,12 +4,13 @@ and on "unseen exports" (attention written with other module code, bench/unseen_
 
   /usr/bin/python3 bench/run_peer_bench.py [--rounds R] [--iterations N] [--threads T] [--only NAME ...]
       [--kiln-env NAME=VALUE ...] [--ort-config KEY=VALUE ...] [--results FILE] [--markdown FILE]
-      [--zoo | --zoo-only] [--fusion-off] [--busy] [--baseline-engine-run PATH]
+      [--zoo | --zoo-only] [--fusion-off] [--busy] [--p99] [--peak-gflops G] [--baseline-engine-run PATH]
 
 --zoo adds (--zoo-only runs only) the torchvision zoo of models/torchvision_zoo.py at batch 1, each compared
 with PyTorch's output too. --fusion-off adds a third engine in every round: kiln with attention fusion off
 (`--disable-pass attention_fusion`, i.e. `fusions: {attention: off}`). --busy keeps a spinning process on one
-core for the whole run (the co-tenant case). --baseline-engine-run PATH adds another kiln build (engine
+core for the whole run (the co-tenant case) and adds p99 columns (--p99 alone adds them to a quiet run).
+--baseline-engine-run PATH adds another kiln build (engine
 kiln_base, e.g. main's engine-run) to every round, so before/after ratios come from one alternated run.
 
 For each workload (model/profile) both engines get the same .onnx and the same input .npy files, and run
@@ -25,6 +26,11 @@ reference cases are 7-token prefill / 9-token past decode, so this script writes
 128 tokens on an empty past, decode of 1 token on a 1024-token past (random ids and past K/V, fixed seed).
 The unseen exports (gpt_sep_qkv, rotary_runtime_mask, scaled_q_bsd, mha_batch_first) come from
 models/attention_variants.py --size bench with their cases (inputs and PyTorch outputs) in bench/out.
+
+The compute floor: kiln's first round also writes its per-layer trace (one profiled run after the timed
+ones), whose FLOP count (matmuls, convolutions, attention) at the f32 matmul peak (build/gemm-bench's
+onednn_peak, measured before the runs, or --peak-gflops) is the least time any fp32 engine doing those FLOPs
+needs; ORT's p50 over it is the largest ORT/kiln ratio reachable.
 
 --kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
 session config entry (e.g. session.intra_op.allow_spinning=0); both are recorded in the results.
@@ -279,6 +285,9 @@ def bench_workload(args, model, profile, case):
             out_dir = os.path.join(run_dir, eng)
             os.makedirs(run_dir, exist_ok=True)
             cmd, env = make(args, onnx_path, inputs, json_path, out_dir)
+            trace_path = os.path.join(run_dir, f"{eng}_layers.json")
+            if r == 0 and eng == "kiln":  # one profiled run after the timed ones: the FLOPs of the compute floor
+                cmd += ["--profile-layers", trace_path]
             if r == 0:
                 rec[f"{eng}_command"] = " ".join(shlex.quote(c.replace(ROOT + os.sep, "")) for c in cmd)
             t0 = time.time()
@@ -295,8 +304,10 @@ def bench_workload(args, model, profile, case):
                 continue
             with open(json_path) as f:
                 lat = json.load(f)["latency_ms"]
-            rnd[eng] = {"p50": lat["p50"], "min": lat["min"], "max": lat["max"], "mean": lat["mean"],
+            rnd[eng] = {"p50": lat["p50"], "p99": lat["p99"], "min": lat["min"], "max": lat["max"], "mean": lat["mean"],
                         "wall_s": round(wall, 1)}
+            if r == 0 and eng == "kiln":
+                rec["kiln_gflop"] = trace_gflop(trace_path)
             log(f"  {key} round {r + 1}/{args.rounds}: {eng:4s} p50 {lat['p50']:10.2f} ms "
                 f"(min {lat['min']:.2f}, max {lat['max']:.2f}; process {wall:.0f} s)")
         rec["rounds"].append(rnd)
@@ -304,11 +315,19 @@ def bench_workload(args, model, profile, case):
         p50s = [rnd[eng]["p50"] for rnd in rec["rounds"] if eng in rnd]
         rec[f"{eng}_p50_rounds"] = p50s
         rec[f"{eng}_p50"] = statistics.median(p50s) if p50s and eng not in failed else None
+        p99s = [rnd[eng]["p99"] for rnd in rec["rounds"] if eng in rnd]
+        rec[f"{eng}_p99_rounds"] = p99s
+        rec[f"{eng}_p99"] = statistics.median(p99s) if p99s and eng not in failed else None
         rec[f"{eng}_error"] = failed.get(eng)
-    rec["ratio_ort_over_kiln"] = (rec["ort_p50"] / rec["kiln_p50"]) if rec["ort_p50"] and rec["kiln_p50"] else None
+    ratio = lambda a, b: (a / b) if a and b else None
+    rec["ratio_ort_over_kiln"] = ratio(rec["ort_p50"], rec["kiln_p50"])
+    rec["ratio_ort_over_kiln_p99"] = ratio(rec["ort_p99"], rec["kiln_p99"])
     if args.fusion_off:
-        u = rec.get("kiln_unfused_p50")
-        rec["ratio_ort_over_kiln_unfused"] = (rec["ort_p50"] / u) if rec["ort_p50"] and u else None
+        rec["ratio_ort_over_kiln_unfused"] = ratio(rec["ort_p50"], rec.get("kiln_unfused_p50"))
+        rec["ratio_ort_over_kiln_unfused_p99"] = ratio(rec["ort_p99"], rec.get("kiln_unfused_p99"))
+    if rec.get("kiln_gflop") and args.peak_gflops:
+        rec["floor_ms"] = rec["kiln_gflop"] / args.peak_gflops * 1e3
+        rec["ratio_ort_over_floor"] = ratio(rec["ort_p50"], rec["floor_ms"])
 
     ort_dir, kiln_dir = os.path.join(run_dir, "ort"), os.path.join(run_dir, "kiln")
     if os.path.isdir(ort_dir) and os.path.isdir(kiln_dir):
@@ -319,6 +338,29 @@ def bench_workload(args, model, profile, case):
     if os.path.isdir(expected) and os.path.isdir(kiln_dir):
         rec["kiln_vs_pytorch"] = compare_dirs(kiln_dir, expected)
     return rec
+
+
+def trace_gflop(path):
+    """The GFLOP engine-run's per-layer trace counts (matmuls, convolutions, attention), or None."""
+    try:
+        with open(path) as f:
+            return float(json.load(f)["otherData"]["gflop"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def measure_peak_gflops(engine_run, threads):
+    """The f32 matmul peak: build/gemm-bench's oneDNN 1024^3 case (the best of 5), or None."""
+    gemm = os.path.join(os.path.dirname(engine_run), "gemm-bench")
+    if not os.access(gemm, os.X_OK):
+        return None
+    p = run([gemm, "--benchmark_filter=^onednn_peak", "--benchmark_repetitions=5", "--benchmark_format=json"],
+            env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    try:
+        rates = [b["GFLOP/s"] for b in json.loads(p.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
+    except (ValueError, KeyError):
+        return None
+    return max(rates) if rates else None
 
 
 def fmt_ms(v):
@@ -332,11 +374,17 @@ def fmt_err(cmp):
     return what if v is None else f"{v:.2e} ({what})"
 
 
-def table(records):
+def fmt_ratio(v):
+    return "—" if v is None else f"{v:.3f}"
+
+
+def table(records, p99=False):
     unfused = any("kiln_unfused_p50" in rec for rec in records)
     head = ["model/profile", "shape", "ORT p50 ms", "kiln p50 ms", "ORT/kiln"]
     if unfused:
         head += ["kiln attention-off p50 ms", "ORT/kiln attention-off"]
+    if p99:
+        head += ["ORT p99 ms", "kiln p99 ms", "ORT/kiln p99"] + (["ORT/kiln attention-off p99"] if unfused else [])
     head += ["max |kiln-ORT| (output)", "max |ORT-PyTorch| (output)", "max |kiln-PyTorch| (output)"]
     rows = []
     for rec in records:
@@ -349,6 +397,9 @@ def table(records):
         if unfused:
             row += [fmt_ms(rec.get("kiln_unfused_p50")) if not rec.get("kiln_unfused_error") else "FAILED",
                     "—" if rec.get("ratio_ort_over_kiln_unfused") is None else f"{rec['ratio_ort_over_kiln_unfused']:.3f}"]
+        if p99:
+            row += [fmt_ms(rec.get("ort_p99")), fmt_ms(rec.get("kiln_p99")), fmt_ratio(rec.get("ratio_ort_over_kiln_p99"))]
+            row += [fmt_ratio(rec.get("ratio_ort_over_kiln_unfused_p99"))] if unfused else []
         row += [fmt_err(rec.get("kiln_vs_ort")), fmt_err(rec.get("ort_vs_pytorch")), fmt_err(rec.get("kiln_vs_pytorch"))]
         rows.append(row)
     return head, rows
@@ -401,6 +452,18 @@ PEER_BEGIN = "<!-- run_peer_bench.py writes from here to the end marker; earlier
 PEER_END = "<!-- end of run_peer_bench.py's section -->"
 
 
+def floor_table(records, peak):
+    """The compute floor of every workload kiln ran: its counted GFLOP at the f32 matmul peak."""
+    head = ["model/profile", "GFLOP", "floor ms", "kiln p50 / floor", "ORT p50 / floor"]
+    rows = []
+    for rec in records:
+        if rec.get("floor_ms"):
+            kiln = rec["kiln_p50"] / rec["floor_ms"] if rec.get("kiln_p50") else None
+            rows.append([rec["workload"], f"{rec['kiln_gflop']:.3f}", f"{rec['floor_ms']:.2f}", fmt_ratio(kiln),
+                         fmt_ratio(rec.get("ratio_ort_over_floor"))])
+    return head, rows
+
+
 def write_markdown(path, result, head, rows):
     """Writes the run as PATH's section between PEER_BEGIN and PEER_END, keeping the rest of the file
     (bench/RESULTS.md holds other dated measurements); a file without the markers gets the section
@@ -439,6 +502,11 @@ def write_markdown(path, result, head, rows):
         "- max |kiln-ORT|: largest absolute difference over all outputs (named: the output where it occurs). "
         "max |ORT-PyTorch|: ORT against the PyTorch outputs the export script wrote (n/a for gpt2, whose "
         "inputs this script generates).",
+    ]
+    if result.get("p99"):
+        lines.append("- p99 = median over rounds of each round's p99 (nearest rank over that round's "
+                     f"{result['iterations']} timed runs).")
+    lines += [
         "",
         md_table(head, rows),
         "",
@@ -450,6 +518,14 @@ def write_markdown(path, result, head, rows):
     for rec in result["workloads"]:
         lines.append(f"| {rec['workload']} | {', '.join(f'{x:.2f}' for x in rec['ort_p50_rounds'])} | "
                      f"{', '.join(f'{x:.2f}' for x in rec['kiln_p50_rounds'])} |")
+    fhead, frows = floor_table(result["workloads"], result.get("f32_peak_gflops"))
+    if frows:
+        lines += ["", f"Compute floor: the FLOPs kiln's per-layer trace counts (matmuls, convolutions, attention; "
+                  f"elementwise work counts 0) at the f32 matmul peak measured before the runs "
+                  f"({result['f32_peak_gflops']:.1f} GFLOP/s, `build/gemm-bench` onednn_peak, the best of 5). No fp32 "
+                  "engine doing these FLOPs runs faster than the floor (Winograd convolutions do fewer: a bound for "
+                  "the transformers, a guide for the CNNs), so 'ORT p50 / floor' is the largest ORT/kiln reachable.",
+                  "", md_table(fhead, frows)]
     errs = [(rec["workload"], e, rec[f"{e}_error"]) for rec in result["workloads"] for e in ("ort", "kiln")
             if rec[f"{e}_error"]]
     if errs:
@@ -486,7 +562,13 @@ def main(argv=None):
     p.add_argument("--zoo-only", action="store_true", help="run the zoo only")
     p.add_argument("--fusion-off", action="store_true",
                    help="also run kiln with attention fusion off (engine-run --disable-pass attention_fusion)")
-    p.add_argument("--busy", action="store_true", help="keep one core busy with a spinning process during the runs")
+    p.add_argument("--busy", action="store_true", help="keep one core busy with a spinning process during the runs "
+                   "(implies --p99)")
+    p.add_argument("--p99", action="store_true", help="add p99 columns (median over rounds of each round's p99; "
+                   "use --iterations 100 or more, or a round's p99 is its slowest run)")
+    p.add_argument("--peak-gflops", type=float, default=None, metavar="GFLOPS",
+                   help="the f32 matmul peak of the compute floor (default: measured with build/gemm-bench before "
+                        "the runs; 0 leaves the floor out)")
     p.add_argument("--results", default=os.path.join(BENCH, "results.json"))
     p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS.md"))
     a = p.parse_args(argv)
@@ -517,6 +599,9 @@ def main(argv=None):
         if case is None:
             ensure_gpt2_inputs(profile)
 
+    if a.peak_gflops is None:  # before the busy loop starts: the machine's own peak
+        a.peak_gflops = measure_peak_gflops(a.engine_run, a.threads)
+        log(f"f32 matmul peak: {a.peak_gflops:.1f} GFLOP/s" if a.peak_gflops else "f32 matmul peak: gemm-bench unavailable")
     busy = None
     if a.busy:  # a co-tenant: one process spinning on the CPU for the whole run
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -543,11 +628,15 @@ def main(argv=None):
         "machine": machine_info(), "loadavg_start": list(load_start), "loadavg_end": list(load_end),
         "versions": versions(a), "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
         "kiln_env": a.kiln_env, "ort_config": a.ort_config, "busy_loop": a.busy, "fusion_off": a.fusion_off,
-        "workloads": records,
+        "p99": a.p99 or a.busy, "f32_peak_gflops": a.peak_gflops or None, "workloads": records,
     }
-    head, rows = table(records)
+    head, rows = table(records, p99=result["p99"])
     print()
     print(text_table(head, rows))
+    fhead, frows = floor_table(records, a.peak_gflops)
+    if frows:
+        print(f"\ncompute floor at {a.peak_gflops:.1f} GFLOP/s:")
+        print(text_table(fhead, frows))
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in load_end)}")
     with open(a.results, "w") as f:
         json.dump(result, f, indent=1)

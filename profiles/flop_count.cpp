@@ -90,6 +90,17 @@ FlopCount step_flops(const PlanStep& step, std::span<const TensorView> in, std::
     if (a.shape.rank() == 0) return {};
     return {2.0 * static_cast<double>(a.shape[a.shape.rank() - 1]) * numel(y)};
   }
+  // StridedMatMul (matmul_transpose_folding): a MatMul of Transpose(a, perm_a) and Transpose(b,
+  // perm_b); K is the permuted A's last axis, stored A's axis perm_a[-1].
+  if (op == "StridedMatMul") {
+    const int rank = a.shape.rank();
+    if (rank == 0) return {};
+    const auto it = step.attrs.find("perm_a");
+    const bool has_perm = it != step.attrs.end() && it->second.kind == Attribute::Kind::kInts && !it->second.ints.empty();
+    const int64_t k_axis = has_perm ? it->second.ints.back() : rank - 1;
+    if (k_axis < 0 || k_axis >= rank) return {};
+    return {2.0 * static_cast<double>(a.shape[static_cast<int>(k_axis)]) * numel(y)};
+  }
   if (op == "Gemm") {
     if (a.shape.rank() != 2) return {};
     const int64_t K = attr_int(step, "transA", 0) ? a.shape[0] : a.shape[1];

@@ -127,6 +127,30 @@ PlanStep attention(const std::string& layout, const std::string& mask, int64_t b
 
 TensorView desc(Shape s, DType dt = DType::kFloat32) { return TensorView{nullptr, dt, s}; }
 
+// An unfused attention's batched products after matmul_transpose_folding: K is the permuted A's last
+// axis, wherever it is stored.
+TEST(FlopCount, StridedMatMulTakesKFromThePermutedA) {
+  PlanStep qk;
+  qk.op_type = "StridedMatMul";
+  qk.domain = "ai.kiln";
+  qk.attrs["perm_a"] = Attribute::Ints({1, 0, 2});  // q [S 5, H 2, D 3] read as [H, S, D]: K = D = 3
+  qk.attrs["perm_b"] = Attribute::Ints({1, 2, 0});  // k [S, H, D] read as [H, D, S]
+  const TensorView in[2] = {desc(Shape{5, 2, 3}), desc(Shape{5, 2, 3})};
+  const TensorView scores[1] = {desc(Shape{2, 5, 5})};
+  EXPECT_DOUBLE_EQ(step_flops(qk, in, scores).flops, 2.0 * 3 * 50);
+  PlanStep pv;  // p [H 2, S 5, S 5] (no perm: K = its last axis, 5) times v [S, H, D] read as [H, S, D]
+  pv.op_type = "StridedMatMul";
+  pv.domain = "ai.kiln";
+  pv.attrs["perm_b"] = Attribute::Ints({1, 0, 2});
+  pv.attrs["perm_y"] = Attribute::Ints({1, 0, 2});
+  const TensorView pin[2] = {desc(Shape{2, 5, 5}), desc(Shape{5, 2, 3})};
+  const TensorView ctx[1] = {desc(Shape{5, 2, 3})};
+  EXPECT_DOUBLE_EQ(step_flops(pv, pin, ctx).flops, 2.0 * 5 * 30);
+  qk.attrs["perm_a"] = Attribute::Ints({1, 2, 7});  // an axis out of range counts nothing
+  EXPECT_DOUBLE_EQ(step_flops(qk, in, scores).flops, 0.0);
+}
+
+
 // B 1, H 2, Dh 3, Sq 4: each visible (query, key) pair costs 4 * Dh = 12 FLOPs per head.
 TEST(FlopCount, AttentionWithoutMaskCountsAllKeys) {
   const TensorView bsd[3] = {desc({1, 4, 6}), desc({1, 4, 6}), desc({1, 4, 6})};
