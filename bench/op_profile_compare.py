@@ -14,12 +14,12 @@ Workloads, model exports and input cases are the peer benchmark's (bench/run_pee
 - ONNX Runtime: bench/ort_bench.js --profile (ORT's enableProfiling), 1 warm-up + N profiled runs. The
   per-node times are the `<node>_kernel_time` events (cat "Node", args.op_name, dur in us); the warm-up run's
   events are dropped (events are assigned to runs by the "model_run" events around them).
-- kiln: build/engine-run MODEL -i NAME=FILE ... --iterations N --profile-layers TRACE.json: after N timed
-  runs, one more run with per-step timing (engine-run profiles one run per process, so kiln gives one sample
-  per round). Each "X" event is a plan step: name, args.op_type, dur in us, and args.replaced (the ONNX
-  nodes a fused step replaced) when the trace carries it.
+- kiln: build/engine-run MODEL -i NAME=FILE ... --iterations N --profile-layers TRACE.json --profile-runs N:
+  after N timed runs, N runs with per-step timing. Each "X" event is a plan step: name, args.op_type,
+  args.run_us (each profiled run's time, in us), and args.replaced (the ONNX nodes a fused step replaced)
+  when the trace carries it.
 
-Quoted times are medians: per ORT node over all its profiled runs of all rounds, per kiln step over rounds.
+Quoted times are medians: per ORT node and per kiln step over all its profiled runs of all rounds.
 
 Matching. Both engines name their steps after ONNX nodes. A kiln step is anchored at the ONNX node of its
 name; ORT's node names are resolved to ONNX nodes by: the exact node name; `<tensor>_nchwc` (ORT's NCHWc
@@ -105,7 +105,8 @@ def ort_profile(prefix, warmup):
 
 
 def kiln_profile(trace_path):
-    """[(step name, op_type, replaced list or None, us)] in plan order; repeated names get '#k'."""
+    """[(step name, op_type, replaced list or None, [us per profiled run])] in plan order; repeated names get
+    '#k'. A trace of one profiled run (no args.run_us) gives its dur."""
     with open(trace_path) as f:
         d = json.load(f)
     out, seen = [], {}
@@ -117,7 +118,8 @@ def kiln_profile(trace_path):
         seen[name] = k + 1
         args = e.get("args", {})
         replaced = args.get("replaced", args.get("replaced_nodes"))
-        out.append((name if k == 0 else f"{name}#{k}", args.get("op_type", e.get("cat", "?")), replaced, e["dur"]))
+        out.append((name if k == 0 else f"{name}#{k}", args.get("op_type", e.get("cat", "?")), replaced,
+                    list(args.get("run_us", [e["dur"]]))))
     return out
 
 
@@ -276,7 +278,7 @@ def run_ort(a, onnx_path, inputs, d, r):
 def run_kiln(a, onnx_path, inputs, d, r):
     trace = os.path.join(d, f"kiln_round{r}.trace.json")
     cmd = [a.engine_run, onnx_path, "--iterations", str(a.iterations), "--json", trace[:-11] + ".lat",
-           "--profile-layers", trace, "--threads", str(a.threads)]
+           "--profile-layers", trace, "--profile-runs", str(a.iterations), "--threads", str(a.threads)]
     if a.fusion_off:
         cmd += ["--disable-pass", "attention_fusion"]
     for name, p in inputs:
@@ -325,7 +327,7 @@ def profile_workload(a, model, profile, case):
                         ort_runs.setdefault(n, (op, []))[1].extend(us)
                 else:
                     for n, op, rep, us in kiln_profile(out):
-                        kiln_runs.setdefault(n, (op, rep, []))[2].append(us)
+                        kiln_runs.setdefault(n, (op, rep, []))[2].extend(us)
             except (OSError, ValueError, KeyError, RuntimeError) as e:
                 rec[f"{eng}_error"] = f"reading its profile: {e}"
                 continue
@@ -416,8 +418,8 @@ def write_markdown(path, result):
         *([f"- kiln built with attention fusion off (`--disable-pass attention_fusion`)."] if result.get("fusion_off") else []),
         f"- {result['rounds']} rounds, ORT then kiln in every round; {result['threads']} threads each. ORT: 1 warm-up + "
         f"{result['iterations']} profiled runs per round (enableProfiling), a node's time = median of its kernel time "
-        f"over all profiled runs. kiln: {result['iterations']} timed runs then one per-step profiled run "
-        "(`--profile-layers`) per round, a step's time = median over rounds.",
+        f"over all profiled runs. kiln: {result['iterations']} timed runs then {result['iterations']} per-step profiled "
+        "runs (`--profile-layers --profile-runs`) per round, a step's time = median over all profiled runs.",
         "- Units: kiln steps and ORT nodes that cover the same ONNX nodes (see the script's docstring for the "
         "matching rules). Conv / MatMul / Gemm / attention units (and fused units containing them) are left out; "
         "every other unit is checked. 'inferred': the nodes a fused step absorbed were inferred from the graph "

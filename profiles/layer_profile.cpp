@@ -148,6 +148,11 @@ std::string chrome_trace_json(const LayerProfile& p, const std::vector<std::pair
        << ", \"args\": {\"op_type\": " << json_string(s.op_type) << ", \"step\": " << i << ", \"inputs\": " << json_list(s.inputs)
        << ", \"outputs\": " << json_list(s.outputs);
     if (!s.replaced.empty()) os << ", \"replaced\": " << json_list(s.replaced);  // the ONNX nodes a fused step stands for
+    if (s.run_ms.size() > 1) {  // several profiled runs: each one's time, for medians and spreads
+      os << ", \"run_us\": [";
+      for (size_t r = 0; r < s.run_ms.size(); ++r) os << (r ? ", " : "") << micros(s.run_ms[r]);
+      os << "]";
+    }
     if (s.flops.flops > 0)
       os << ", \"gflop\": " << num(s.flops.flops / 1e9) << ", \"precision\": " << json_string(flop_precision_name(s.precision));
     os << "}}";

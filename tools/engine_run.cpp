@@ -55,6 +55,7 @@ struct Args {
   bool generate = false;       // tools/generate_run.h
   int max_new_tokens = 32;
   std::string profile_layers;  // Chrome trace output
+  int profile_runs = 1;        // profiled runs behind it
   std::string stream;          // folder of per-step input folders
   RunOptions run;              // plugin search path, memory cap, scheduling
   bool inspect = false;
@@ -316,7 +317,7 @@ Status run_context(ExecutionContext& ctx, const Args& args) {
   if (!args.profile_layers.empty()) {
     // Without timed runs, the first run on the fresh arena would put its page faults in the trace.
     if (!args.timing.enabled()) KILN_RETURN_IF_ERROR(ctx.run());
-    KILN_ASSIGN_OR_RETURN(LayerProfile layers, profile_layers(ctx, 1));
+    KILN_ASSIGN_OR_RETURN(LayerProfile layers, profile_layers(ctx, args.profile_runs));
     char gflop[32];
     std::snprintf(gflop, sizeof gflop, "%.4g", layers.flops.flops / 1e9);
     std::ofstream f(args.profile_layers);
@@ -326,7 +327,8 @@ Status run_context(ExecutionContext& ctx, const Args& args) {
                                     {"gflop", gflop},
                                     {"gflop_upper_bound", layers.flops.upper_bound ? "true" : "false"}});
     if (!f) return IoError("cannot write '" + args.profile_layers + "'");
-    std::printf("layer profile: %zu steps in %.2f ms (one run with per-step timing) -> %s\n", layers.steps.size(), layers.run_ms,
+    std::printf("layer profile: %zu steps in %.2f ms (%s with per-step timing) -> %s\n", layers.steps.size(), layers.run_ms,
+                args.profile_runs > 1 ? ("the mean of " + std::to_string(args.profile_runs) + " runs").c_str() : "one run",
                 args.profile_layers.c_str());
   }
   if (!args.output_dir.empty()) {
@@ -365,6 +367,9 @@ void add_options(CLI::App& app, Args& a) {
                  "[{\"start_ms\", \"latency_ms\"}, ...]}");
   app.add_option("--profile-layers", a.profile_layers, "One more run with per-layer timing, written as a Chrome trace (Perfetto)")
       ->type_name("TRACE.json");
+  app.add_option("--profile-runs", a.profile_runs,
+                 "With --profile-layers: profile N runs; a step's duration is its mean, args.run_us lists each run's (default 1)")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--stream", a.stream, "Run the engine's streaming session over DIR/<step>/NAME.npy folders in name order "
                                        "(the first is the cold start); outputs to --output-dir/<step>/")
       ->type_name("DIR");

@@ -12,6 +12,7 @@ Checks:
   2. engine-run ENGINE --profile-layers: valid Chrome trace JSON with exactly one "X" event per
      layer of `engine-run --inspect`, in plan order, ts/dur >= 0, shapes in args.
   3. engine-run MODEL.onnx --profile-layers alone (no --output-dir / --iterations).
+  4. --profile-runs N: each step's N run times (args.run_us), its duration their mean; 0 is refused.
 The last line is `N passed, N failed`; the exit status is non-zero if anything failed.
 """
 import json
@@ -164,6 +165,27 @@ def main():
         if float(other.get("gflop", 0)) * 1e9 != EXPECTED_FLOPS:
             problems.append(f"otherData {other}")
     res.check("[trace] engine-run MODEL.onnx --profile-layers alone", problems)
+
+    # --profile-runs N: every step lists N run times, and its duration is their mean.
+    trace = work / "trace_runs.json"
+    proc = run([a.engine_run, str(model), "--input", f"x={work / 'x.npy'}", "--profile-layers", str(trace),
+                "--profile-runs", "4"])
+    problems = [] if proc.returncode == 0 else [f"exit {proc.returncode}: {proc.stderr[-2000:]}"]
+    if not problems:
+        problems = check_trace(trace, None)
+        for e in (e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"):
+            runs = e["args"].get("run_us")
+            if not (isinstance(runs, list) and len(runs) == 4 and all(r >= 0 for r in runs)):
+                problems.append(f"{e['name']}: run_us {runs!r}")
+            elif abs(sum(runs) / 4 - e["dur"]) > 0.01 + 1e-6 * e["dur"]:
+                problems.append(f"{e['name']}: dur {e['dur']} is not the mean of {runs}")
+        if "the mean of 4 runs" not in proc.stdout:
+            problems.append(f"stdout: {proc.stdout}")
+    bad = run([a.engine_run, str(model), "--input", f"x={work / 'x.npy'}", "--profile-layers", str(work / "t0.json"),
+               "--profile-runs", "0"])
+    if bad.returncode == 0 or "--profile-runs" not in bad.stderr:
+        problems.append(f"--profile-runs 0: exit {bad.returncode}, stderr {bad.stderr[-500:]!r}")
+    res.check("[trace] engine-run --profile-runs 4: each step's run times, their mean as its duration", problems)
 
     return res.finish()
 
