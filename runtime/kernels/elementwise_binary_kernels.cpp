@@ -52,9 +52,18 @@ class BinaryKernel final : public Kernel {
       return Status::Ok();
     });
   }
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    for (size_t i = 0; i < 2; ++i) over_[i] = in[i].dtype == out[0].dtype && in[i].shape == out[0].shape;
+    return Status::Ok();
+  }
+  // An input of the output's shape and dtype is read at the output's own index, in runs that load
+  // an element before they store it (ew::binary_run), so the output may be its buffer: a residual
+  // Add's sum, a squeeze-excitation gate's product.
+  bool writes_over_input(size_t i) const override { return i < 2 && over_[i]; }
 
  private:
   Op op_;
+  bool over_[2] = {false, false};
 };
 
 template <typename Op, template <typename> class KernelT = BinaryKernel>

@@ -47,6 +47,9 @@ class UnaryKernel final : public Kernel {
       return Status::Ok();
     });
   }
+  // y[i] = f(x[i]), element by element (each loop loads a vector before it stores it there), so y
+  // may be x's buffer; not for a bool result, whose elements are narrower than x's.
+  bool writes_over_input(size_t i) const override { return i == 0 && !Op::kBoolOut; }
 
  private:
   Op op_;

@@ -206,6 +206,18 @@ class FusedElementwiseKernel final : public Kernel {
     return Status::Ok();
   }
 
+  Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
+    over_ = 0;
+    if (norm_ == Norm::kNone && !softmax_ && pool_ == Pool::kNone)
+      for (size_t i = 0; i < in.size() && i < 32; ++i)
+        if (in[i].dtype == DType::kFloat32 && in[i].shape == out[0].shape) over_ |= 1u << i;
+    return Status::Ok();
+  }
+  // Elementwise programs only: only the last instruction writes the output, block by block, and
+  // reads an input of the output's shape at the element it writes (see execute()), so the output
+  // may be that input's buffer. Rows (norms, softmax) and pooled programs are left out.
+  bool writes_over_input(size_t i) const override { return i < 32 && (over_ >> i & 1u); }
+
   Status run(std::span<const TensorView> in, std::span<const TensorView> out) override {
     const int64_t total = out[0].numel();
     if (total == 0) return Status::Ok();
@@ -511,6 +523,7 @@ class FusedElementwiseKernel final : public Kernel {
   bool sum_program_ = false;  // see the constructor
   Pool pool_;
   int ni_, nregs_;
+  uint32_t over_ = 0;  // the inputs output 0 may share a buffer with, as prepared
   double program_flops_ = 1.0;
 };
 

@@ -276,6 +276,46 @@ TEST(ExecutionContextViews, AResidualConvolutionWritesIntoItsResidual) {
   testing::expect_close(Tensor::copy_of((*ctx)->output(0)), first, 0, 0, "planned run vs unplanned");
 }
 
+// An elementwise step whose input's last reader it is writes into that input's buffer (SiLU over a
+// transposed activation, fused into one FusedElementwise); its output still matches the unplanned
+// run, and a graph input is never written over.
+TEST(ExecutionContextViews, AnElementwiseStepWritesOverItsLastReadInput) {
+  OnnxModelBuilder b;
+  b.input("x", DType::kFloat32, {int64_t{2}, int64_t{37}, int64_t{41}});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"x"}, {"t"}), "perm", {0, 2, 1});
+  b.node("Sigmoid", {"t"}, {"s"});
+  b.node("Mul", {"t", "s"}, {"u"});
+  OnnxModelBuilder::ints_attr(b.node("Transpose", {"u"}, {"y"}), "perm", {0, 2, 1});
+  b.node("Exp", {"x"}, {"e"});  // reads the graph input: never in place
+  b.output("y");
+  b.output("e");
+  auto g = b.import();
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto plan = build_plan(*g, BuildOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const Plan& p = **plan;
+  int silu = -1, exp = -1;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    if (p.steps[s].op_type == "FusedElementwise" || p.steps[s].op_type == "Mul") silu = static_cast<int>(s);
+    if (p.steps[s].op_type == "Exp") exp = static_cast<int>(s);
+  }
+  ASSERT_GE(silu, 0);
+  ASSERT_GE(exp, 0);
+  auto ctx = ExecutionContext::create(*plan);
+  ASSERT_TRUE(ctx.ok());
+  const Tensor x = testing::random_f32(Shape{2, 37, 41}, 78, -4.0f, 4.0f), x0 = Tensor::copy_of(x.view());
+  ASSERT_TRUE((*ctx)->set_input("x", x.view()).ok());
+  ASSERT_TRUE((*ctx)->run().ok());  // unplanned: every value in a buffer of its own
+  const Tensor first = Tensor::copy_of((*ctx)->output(0)), first_e = Tensor::copy_of((*ctx)->output(1));
+  ASSERT_TRUE((*ctx)->run().ok());  // in the arena
+  const PlanStep& step = p.steps[static_cast<size_t>(silu)];
+  EXPECT_EQ((*ctx)->value(step.outputs[0]).data, (*ctx)->value(step.inputs[0]).data) << step.op_type;
+  EXPECT_NE((*ctx)->value(p.steps[static_cast<size_t>(exp)].outputs[0]).data, x.view().data);
+  testing::expect_close(Tensor::copy_of((*ctx)->output(0)), first, 0, 0, "planned run vs unplanned");
+  testing::expect_close(Tensor::copy_of((*ctx)->output(1)), first_e, 0, 0, "Exp of the graph input");
+  testing::expect_close(x, x0, 0, 0, "the graph input after the runs");
+}
+
 // The same chain run: the Concats' outputs match a copy of their parts.
 TEST(ExecutionContextViews, PrefixConcatsComputeTheirParts) {
   OnnxModelBuilder b;
