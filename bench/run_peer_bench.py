@@ -29,7 +29,7 @@ models/attention_variants.py --size bench with their cases (inputs and PyTorch o
 
 The compute floor: kiln's first round also writes its per-layer trace (one profiled run after the timed
 ones), whose FLOP count (matmuls, convolutions, attention) at the f32 matmul peak (build/gemm-bench's
-onednn_peak, measured before the runs, or --peak-gflops) is the least time any fp32 engine doing those FLOPs
+onednn_peak, measured at the start of every round and the median taken, or --peak-gflops) is the least time any fp32 engine doing those FLOPs
 needs; ORT's p50 over it is the largest ORT/kiln ratio reachable.
 
 --kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
@@ -276,8 +276,13 @@ def bench_workload(args, model, profile, case):
         engines["kiln_base"] = run_kiln_base
     rec = {"workload": key, "shape": WORKLOAD_NOTES[key], "rounds": []}
     failed = {}
+    peaks = []
     for r in range(args.rounds):
         rnd = {}
+        if args.peak_gflops is None:  # the machine's speed moves within a run: a peak per round, beside the engines
+            peak = measure_peak_gflops(args.engine_run, args.threads)
+            if peak:
+                peaks.append(peak)
         for eng, make in engines.items():  # alternation: ORT then kiln within every round
             if eng in failed:
                 continue
@@ -325,8 +330,11 @@ def bench_workload(args, model, profile, case):
     if args.fusion_off:
         rec["ratio_ort_over_kiln_unfused"] = ratio(rec["ort_p50"], rec.get("kiln_unfused_p50"))
         rec["ratio_ort_over_kiln_unfused_p99"] = ratio(rec["ort_p99"], rec.get("kiln_unfused_p99"))
-    if rec.get("kiln_gflop") and args.peak_gflops:
-        rec["floor_ms"] = rec["kiln_gflop"] / args.peak_gflops * 1e3
+    rec["peak_gflops_rounds"] = peaks
+    peak = args.peak_gflops if args.peak_gflops is not None else (statistics.median(peaks) if peaks else None)
+    rec["peak_gflops"] = peak
+    if rec.get("kiln_gflop") and peak:
+        rec["floor_ms"] = rec["kiln_gflop"] / peak * 1e3
         rec["ratio_ort_over_floor"] = ratio(rec["ort_p50"], rec["floor_ms"])
 
     ort_dir, kiln_dir = os.path.join(run_dir, "ort"), os.path.join(run_dir, "kiln")
@@ -452,14 +460,14 @@ PEER_BEGIN = "<!-- run_peer_bench.py writes from here to the end marker; earlier
 PEER_END = "<!-- end of run_peer_bench.py's section -->"
 
 
-def floor_table(records, peak):
+def floor_table(records):
     """The compute floor of every workload kiln ran: its counted GFLOP at the f32 matmul peak."""
-    head = ["model/profile", "GFLOP", "floor ms", "kiln p50 / floor", "ORT p50 / floor"]
+    head = ["model/profile", "GFLOP", "peak GFLOP/s", "floor ms", "kiln p50 / floor", "ORT p50 / floor"]
     rows = []
     for rec in records:
         if rec.get("floor_ms"):
             kiln = rec["kiln_p50"] / rec["floor_ms"] if rec.get("kiln_p50") else None
-            rows.append([rec["workload"], f"{rec['kiln_gflop']:.3f}", f"{rec['floor_ms']:.2f}", fmt_ratio(kiln),
+            rows.append([rec["workload"], f"{rec['kiln_gflop']:.3f}", f"{rec['peak_gflops']:.1f}", f"{rec['floor_ms']:.2f}", fmt_ratio(kiln),
                          fmt_ratio(rec.get("ratio_ort_over_floor"))])
     return head, rows
 
@@ -518,11 +526,12 @@ def write_markdown(path, result, head, rows):
     for rec in result["workloads"]:
         lines.append(f"| {rec['workload']} | {', '.join(f'{x:.2f}' for x in rec['ort_p50_rounds'])} | "
                      f"{', '.join(f'{x:.2f}' for x in rec['kiln_p50_rounds'])} |")
-    fhead, frows = floor_table(result["workloads"], result.get("f32_peak_gflops"))
+    fhead, frows = floor_table(result["workloads"])
     if frows:
-        lines += ["", f"Compute floor: the FLOPs kiln's per-layer trace counts (matmuls, convolutions, attention; "
-                  f"elementwise work counts 0) at the f32 matmul peak measured before the runs "
-                  f"({result['f32_peak_gflops']:.1f} GFLOP/s, `build/gemm-bench` onednn_peak, the best of 5). No fp32 "
+        lines += ["", "Compute floor: the FLOPs kiln's per-layer trace counts (matmuls, convolutions, attention; "
+                  "elementwise work counts 0) at the f32 matmul peak (`build/gemm-bench` onednn_peak, the best of 5, "
+                  "measured at the start of every round beside the engines: the median; with --busy, under the busy "
+                  "loop too). No fp32 "
                   "engine doing these FLOPs runs faster than the floor (Winograd convolutions do fewer: a bound for "
                   "the transformers, a guide for the CNNs), so 'ORT p50 / floor' is the largest ORT/kiln reachable.",
                   "", md_table(fhead, frows)]
@@ -567,8 +576,8 @@ def main(argv=None):
     p.add_argument("--p99", action="store_true", help="add p99 columns (median over rounds of each round's p99; "
                    "use --iterations 100 or more, or a round's p99 is its slowest run)")
     p.add_argument("--peak-gflops", type=float, default=None, metavar="GFLOPS",
-                   help="the f32 matmul peak of the compute floor (default: measured with build/gemm-bench before "
-                        "the runs; 0 leaves the floor out)")
+                   help="the f32 matmul peak of the compute floor (default: measured with build/gemm-bench at the "
+                        "start of every round; 0 leaves the floor out)")
     p.add_argument("--results", default=os.path.join(BENCH, "results.json"))
     p.add_argument("--markdown", default=os.path.join(BENCH, "RESULTS.md"))
     a = p.parse_args(argv)
@@ -599,9 +608,6 @@ def main(argv=None):
         if case is None:
             ensure_gpt2_inputs(profile)
 
-    if a.peak_gflops is None:  # before the busy loop starts: the machine's own peak
-        a.peak_gflops = measure_peak_gflops(a.engine_run, a.threads)
-        log(f"f32 matmul peak: {a.peak_gflops:.1f} GFLOP/s" if a.peak_gflops else "f32 matmul peak: gemm-bench unavailable")
     busy = None
     if a.busy:  # a co-tenant: one process spinning on the CPU for the whole run
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -628,14 +634,14 @@ def main(argv=None):
         "machine": machine_info(), "loadavg_start": list(load_start), "loadavg_end": list(load_end),
         "versions": versions(a), "rounds": a.rounds, "iterations": a.iterations, "threads": a.threads,
         "kiln_env": a.kiln_env, "ort_config": a.ort_config, "busy_loop": a.busy, "fusion_off": a.fusion_off,
-        "p99": a.p99 or a.busy, "f32_peak_gflops": a.peak_gflops or None, "workloads": records,
+        "p99": a.p99 or a.busy, "f32_peak_gflops_given": a.peak_gflops, "workloads": records,
     }
     head, rows = table(records, p99=result["p99"])
     print()
     print(text_table(head, rows))
-    fhead, frows = floor_table(records, a.peak_gflops)
+    fhead, frows = floor_table(records)
     if frows:
-        print(f"\ncompute floor at {a.peak_gflops:.1f} GFLOP/s:")
+        print("\ncompute floor (f32 matmul peak per workload):")
         print(text_table(fhead, frows))
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in load_end)}")
     with open(a.results, "w") as f:
