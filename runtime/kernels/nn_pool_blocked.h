@@ -10,8 +10,8 @@
 namespace kiln {
 
 // MaxPool over x [images, H, W, C] into y [images, OH, OW, C], 2-D geometry `g` (no dilation).
-// Empty windows give float's lowest, as the reference does. False when a thread could not get its
-// row buffer (out of memory).
+// Empty windows give float's lowest, and a window's NaN is the NaN of its first tap, as in the
+// reference. False when a thread could not get its row buffer (out of memory).
 bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g);
 
 // AveragePool over x [images, H, W, C] into y [images, OH, OW, C], 2-D geometry `g` (no dilation), with

@@ -20,56 +20,66 @@ namespace {
 
 constexpr float kLowest = std::numeric_limits<float>::lowest();
 
-// The elementwise steps of the vertical pass. Max keeps std::max's rule (acc kept when either is
-// NaN), the reference's and the NCHW path's.
+// The elementwise steps of the vertical pass, and `seed` for a window's first row. Max keeps the
+// accumulator where x is NaN; its seed turns a NaN into -inf, so a column's partial maximum is the
+// maximum of its taps that are not NaN (a NaN at the top of a column must not hide the column when
+// the columns are combined). The window's NaN, the reference's, is its first tap's: the horizontal
+// pass puts it back.
 struct MaxOp {
   static __m256 v(__m256 acc, __m256 x) { return _mm256_max_ps(x, acc); }
   static float s(float acc, float x) { return std::max(acc, x); }
+  static __m256 seed(__m256 x) { return _mm256_max_ps(x, _mm256_set1_ps(-std::numeric_limits<float>::infinity())); }
+  static float seed(float x) { return x != x ? -std::numeric_limits<float>::infinity() : x; }
 };
 struct AddOp {
   static __m256 v(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
   static float s(float acc, float x) { return acc + x; }
+  static __m256 seed(__m256 x) { return x; }
+  static float seed(float x) { return x; }
 };
 
-// out[i] = Op(acc[i], x[i]); `out` may be `acc`.
-template <class Op>
+// out[i] = Op(acc[i], x[i]), acc seeded first where kSeed (the window's first row); `out` may be `acc`.
+template <class Op, bool kSeed = false>
 inline void combine_into(const float* acc, const float* x, float* out, int64_t n) {
+  auto a = [&](int64_t i) { return kSeed ? Op::seed(_mm256_loadu_ps(acc + i)) : _mm256_loadu_ps(acc + i); };
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     // Four independent vectors: the loads, not the op's latency, bound the loop.
-    const __m256 m0 = Op::v(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i));
-    const __m256 m1 = Op::v(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(x + i + 8));
-    const __m256 m2 = Op::v(_mm256_loadu_ps(acc + i + 16), _mm256_loadu_ps(x + i + 16));
-    const __m256 m3 = Op::v(_mm256_loadu_ps(acc + i + 24), _mm256_loadu_ps(x + i + 24));
+    const __m256 m0 = Op::v(a(i), _mm256_loadu_ps(x + i));
+    const __m256 m1 = Op::v(a(i + 8), _mm256_loadu_ps(x + i + 8));
+    const __m256 m2 = Op::v(a(i + 16), _mm256_loadu_ps(x + i + 16));
+    const __m256 m3 = Op::v(a(i + 24), _mm256_loadu_ps(x + i + 24));
     _mm256_storeu_ps(out + i, m0);
     _mm256_storeu_ps(out + i + 8, m1);
     _mm256_storeu_ps(out + i + 16, m2);
     _mm256_storeu_ps(out + i + 24, m3);
   }
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Op::v(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) out[i] = Op::s(acc[i], x[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Op::v(a(i), _mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) out[i] = Op::s(kSeed ? Op::seed(acc[i]) : acc[i], x[i]);
 }
 
-// out[i] = Op(Op(a[i], b[i]), c[i]): a 3-row window (the stem's 3x3 MaxPool) in one pass, the same
-// order as two combine_into calls without writing and re-reading the intermediate row.
+// out[i] = Op(Op(seed(a[i]), b[i]), c[i]): a 3-row window (the stem's 3x3 MaxPool) in one pass, the
+// same order as two combine_into calls without writing and re-reading the intermediate row.
 template <class Op>
 inline void combine3_into(const float* a, const float* b, const float* c, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 m0 = Op::v(Op::v(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i));
-    const __m256 m1 = Op::v(Op::v(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)), _mm256_loadu_ps(c + i + 8));
+    const __m256 m0 = Op::v(Op::v(Op::seed(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i));
+    const __m256 m1 = Op::v(Op::v(Op::seed(_mm256_loadu_ps(a + i + 8)), _mm256_loadu_ps(b + i + 8)), _mm256_loadu_ps(c + i + 8));
     _mm256_storeu_ps(out + i, m0);
     _mm256_storeu_ps(out + i + 8, m1);
   }
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, Op::v(Op::v(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i)));
-  for (; i < n; ++i) out[i] = Op::s(Op::s(a[i], b[i]), c[i]);
+    _mm256_storeu_ps(out + i, Op::v(Op::v(Op::seed(_mm256_loadu_ps(a + i)), _mm256_loadu_ps(b + i)), _mm256_loadu_ps(c + i)));
+  for (; i < n; ++i) out[i] = Op::s(Op::s(Op::seed(a[i]), b[i]), c[i]);
 }
 
-// One output row from `src`, the vertical maximum of its window's input rows ([W, C]): each output
-// pixel the maximum of its window's columns. kC8: C == 8, one vector a pixel kept in a register.
+// One output row from `src`, the vertical maximum of its window's input rows ([W, C], seeded: no
+// NaN unless read in place from a one-row window): each output pixel the maximum of its window's
+// columns, NaN where its first tap (in `first_row`, the window's first input row) is NaN, as the
+// reference keeps it. kC8: C == 8, one vector a pixel.
 template <bool kC8>
-void max_pool_row_horizontal(const float* src, float* dst, int64_t C, const WindowGeom& g) {
+void max_pool_row_horizontal(const float* src, const float* first_row, float* dst, int64_t C, const WindowGeom& g) {
   const int64_t W = g.in[1], OW = g.out[1], kw = g.k[1], sw = g.stride[1], pw = g.pad_begin[1];
   for (int64_t ow = 0; ow < OW; ++ow) {
     const int64_t w0 = ow * sw - pw;
@@ -79,13 +89,24 @@ void max_pool_row_horizontal(const float* src, float* dst, int64_t C, const Wind
       std::fill(yp, yp + C, kLowest);
       continue;
     }
+    // Per 8 channels: the columns' maxima in a register, then the first tap's NaN blended back.
+    auto block = [&](int64_t c) {
+      __m256 acc = MaxOp::seed(_mm256_loadu_ps(src + wlo * C + c));
+      for (int64_t w = wlo + 1; w < whi; ++w) acc = MaxOp::v(acc, _mm256_loadu_ps(src + w * C + c));
+      const __m256 first = _mm256_loadu_ps(first_row + wlo * C + c);
+      _mm256_storeu_ps(yp + c, _mm256_blendv_ps(acc, first, _mm256_cmp_ps(first, first, _CMP_UNORD_Q)));
+    };
     if constexpr (kC8) {
-      __m256 acc = _mm256_loadu_ps(src + wlo * 8);
-      for (int64_t w = wlo + 1; w < whi; ++w) acc = _mm256_max_ps(_mm256_loadu_ps(src + w * 8), acc);
-      _mm256_storeu_ps(yp, acc);
+      block(0);
     } else {
-      std::copy(src + wlo * C, src + wlo * C + C, yp);
-      for (int64_t w = wlo + 1; w < whi; ++w) combine_into<MaxOp>(yp, src + w * C, yp, C);
+      int64_t c = 0;
+      for (; c + 8 <= C; c += 8) block(c);
+      for (; c < C; ++c) {
+        float acc = MaxOp::seed(src[wlo * C + c]);
+        for (int64_t w = wlo + 1; w < whi; ++w) acc = MaxOp::s(acc, src[w * C + c]);
+        const float first = first_row[wlo * C + c];
+        yp[c] = first != first ? first : acc;
+      }
     }
   }
 }
@@ -132,9 +153,10 @@ int64_t blocked8_chunks(int64_t pixels) { return std::max<int64_t>(1, (pixels + 
 namespace {
 
 // Separable, as the NCHW path: per output row the window's input rows combined elementwise (Op)
-// into a row buffer ([W, C], contiguous), then `horizontal(src, yr, rows, h0)` combines each
-// output pixel's window columns of that buffer (`rows` input rows from row h0 on, which may be
-// padding). A window of padding rows only gives `empty`. Items are (image, output row) pairs.
+// into a row buffer ([W, C], contiguous), then `horizontal(src, yr, rows, h0, first_row)` combines
+// each output pixel's window columns of that buffer (`rows` input rows from row h0 on, which may be
+// padding; `first_row` the first of them inside the input). A window of padding rows only gives
+// `empty`. Items are (image, output row) pairs.
 template <class Op, class Horizontal>
 bool pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, float empty,
                          const Horizontal& horizontal) {
@@ -167,12 +189,12 @@ bool pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, co
           combine3_into<Op>(src, xi + (hlo + 1) * W * C, xi + (hlo + 2) * W * C, row, W * C);
           h = hlo + 3;
         } else {
-          combine_into<Op>(src, xi + (hlo + 1) * W * C, row, W * C);
+          combine_into<Op, true>(src, xi + (hlo + 1) * W * C, row, W * C);
         }
         for (; h < hhi; ++h) combine_into<Op>(row, xi + h * W * C, row, W * C);
         src = row;
       }
-      horizontal(src, yr, hhi - hlo, h0);
+      horizontal(src, yr, hhi - hlo, h0, xi + hlo * W * C);
     }
   });
   return !any_failed.load(std::memory_order_relaxed);
@@ -181,15 +203,15 @@ bool pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, co
 }  // namespace
 
 bool max_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g) {
-  return pool_channels_inner<MaxOp>(x, y, images, C, g, kLowest, [&](const float* src, float* yr, int64_t, int64_t) {
-    if (C == 8) max_pool_row_horizontal<true>(src, yr, C, g);
-    else max_pool_row_horizontal<false>(src, yr, C, g);
+  return pool_channels_inner<MaxOp>(x, y, images, C, g, kLowest, [&](const float* src, float* yr, int64_t, int64_t, const float* first_row) {
+    if (C == 8) max_pool_row_horizontal<true>(src, first_row, yr, C, g);
+    else max_pool_row_horizontal<false>(src, first_row, yr, C, g);
   });
 }
 
 bool average_pool_channels_inner(const float* x, float* y, int64_t images, int64_t C, const WindowGeom& g, bool count_include_pad) {
   const int64_t kh = g.k[0], H = g.in[0];
-  return pool_channels_inner<AddOp>(x, y, images, C, g, 0.0f, [&](const float* src, float* yr, int64_t rows, int64_t h0) {
+  return pool_channels_inner<AddOp>(x, y, images, C, g, 0.0f, [&](const float* src, float* yr, int64_t rows, int64_t h0, const float*) {
     const int64_t hpad = std::min(h0 + kh, H + g.pad_end[0]) - h0;
     average_pool_row_horizontal(src, yr, C, g, rows, hpad, count_include_pad);
   });
@@ -240,6 +262,25 @@ namespace {
 // many small pixels both spread over the threads.
 constexpr int64_t kTileChannels = 128, kTileFloats = 16384;
 
+// out[0..8V) = the sums over n pixels (C floats apart) of 8V channels from x: V vectors of the even
+// pixels and V of the odd ones, added at the end.
+template <int V>
+inline void sum_pixels(const float* x, int64_t C, int64_t n, float* out) {
+  __m256 e[V], o[V];
+  for (int v = 0; v < V; ++v) e[v] = o[v] = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + 2 <= n; p += 2) {
+    const float* a = x + p * C;
+    for (int v = 0; v < V; ++v) {
+      e[v] = _mm256_add_ps(e[v], _mm256_loadu_ps(a + 8 * v));
+      o[v] = _mm256_add_ps(o[v], _mm256_loadu_ps(a + C + 8 * v));
+    }
+  }
+  if (p < n)
+    for (int v = 0; v < V; ++v) e[v] = _mm256_add_ps(e[v], _mm256_loadu_ps(x + p * C + 8 * v));
+  for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + 8 * v, _mm256_add_ps(e[v], o[v]));
+}
+
 int64_t tile_pixels(int64_t C) {
   const int64_t width = std::min(C, kTileChannels);
   return std::max<int64_t>(kRunPixels, kTileFloats / std::max<int64_t>(width, 1) / kRunPixels * kRunPixels);
@@ -266,13 +307,16 @@ void global_average_pool_channels_inner(const float* x, float* y, int64_t images
     for (int64_t p0 = p_begin; p0 < p_end; p0 += kRunPixels) {
       float part[kTileChannels] = {};
       const int64_t p1 = std::min(p_end, p0 + kRunPixels);
-      for (int64_t p = p0; p < p1; ++p) {
-        const float* xp = x + (img * pixels + p) * C + c0;
+      const float* xr = x + (img * pixels + p0) * C + c0;
+      int64_t c = 0;
+      // 32 channels at a time in registers, even and odd pixels apart: a partial sum kept in
+      // memory made every pixel wait for the last one's store.
+      for (; c + 32 <= width; c += 32) sum_pixels<4>(xr + c, C, p1 - p0, part + c);
+      for (; c + 8 <= width; c += 8) sum_pixels<1>(xr + c, C, p1 - p0, part + c);
+      for (; c < width; ++c)
+        for (int64_t p = 0; p < p1 - p0; ++p) part[c] += xr[p * C + c];
 #pragma omp simd
-        for (int64_t c = 0; c < width; ++c) part[c] += xp[c];
-      }
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) total[c] += part[c];
+      for (int64_t k = 0; k < width; ++k) total[k] += part[k];
     }
     std::copy(total, total + width, partial + (img * ptiles + pt) * C + c0);
   });

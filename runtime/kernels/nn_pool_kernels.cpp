@@ -333,8 +333,10 @@ class VectorizedPool final : public Kernel {
             float* r = row;
             // omp simd: -O2's cheap vectorizer model skips loops that need a runtime alias check.
             if constexpr (kMax) {
+              // The maximum of the taps that are not NaN: a NaN at the top of a column must not hide
+              // the column (the window's first tap's NaN, the one the reference keeps, is put back below).
 #pragma omp simd
-              for (int64_t w = 0; w < W; ++w) r[w] = std::max(r[w], xr[w]);
+              for (int64_t w = 0; w < W; ++w) r[w] = r[w] != r[w] ? xr[w] : std::max(r[w], xr[w]);
             } else {
 #pragma omp simd
               for (int64_t w = 0; w < W; ++w) r[w] += xr[w];
@@ -345,9 +347,15 @@ class VectorizedPool final : public Kernel {
             const int64_t w0 = ow * g.stride[1] - g.pad_begin[1];
             const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.k[1], W);
             if constexpr (kMax) {
-              float best = kEmpty;
-              for (int64_t w = wlo; w < whi; ++w) best = std::max(best, row[w]);
-              yr[ow] = best;
+              if (wlo >= whi) {
+                yr[ow] = kEmpty;
+                continue;
+              }
+              // From the first column, not from kEmpty: a window of -inf is -inf, as in the reference.
+              float best = row[wlo];
+              for (int64_t w = wlo + 1; w < whi; ++w) best = best != best ? row[w] : std::max(best, row[w]);
+              const float first = xp[hlo * W + wlo];
+              yr[ow] = first != first ? first : best;
             } else {
               const int64_t wpad = std::min(w0 + g.k[1], W + g.pad_end[1]) - w0;
               float sum = 0.0f;

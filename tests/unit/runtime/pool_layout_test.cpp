@@ -72,10 +72,52 @@ TEST(PoolLayout, MaxPoolMatchesTheNchwReference) {
     if (!c.pads.empty()) attrs["pads"] = Attribute::Ints(c.pads);
     const Tensor x = random_f32(c.x, seed++);
     for (const char* layout : {"nchw8c", "nhwc"}) expect_layout_matches_reference("MaxPool", attrs, x, layout, 0, c.x.str());
-    // NHWC at channel counts that are no multiple of 8 (vector loops with a scalar tail).
-    for (int64_t C : {1, 5, 12, 19}) {
+    // NHWC at channel counts that are no multiple of 8 (vector loops with a scalar tail), and
+    // past a block of 32 (the direct path's four registers, then single vectors, then the tail).
+    for (int64_t C : {1, 5, 12, 19, 43}) {
       const Tensor xc = random_f32(Shape{c.x[0], C, c.x[2], c.x[3]}, seed++);
       expect_layout_matches_reference("MaxPool", attrs, xc, "nhwc", 0, xc.shape().str());
+    }
+  }
+}
+
+// NaNs, -inf and signed zeros: every vectorized layout (NCHW, NHWC, nChw8c; separable: the window's
+// rows, then its columns) keeps the reference's NaN (a window's result is NaN exactly when its first
+// tap is, and a NaN elsewhere hides nothing) and its -inf; of a tie between +0 and -0 it may keep the
+// other zero than the reference (equal values; ONNX does not say which).
+TEST(PoolLayout, MaxPoolKeepsTheReferencesNanAndZeroRule) {
+  for (int64_t k : {3, 5}) {
+    Tensor x = random_f32(Shape{1, 40, 11, 12}, 77);
+    float* p = x.as<float>();
+    std::mt19937 rng(78);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const uint32_t r = rng() % 100;
+      if (r < 8) p[i] = NAN;
+      else if (r < 48) p[i] = r % 2 ? 0.0f : -0.0f;  // zeros are the largest values: ties of +0 and -0
+      else p[i] = -std::abs(p[i]);
+    }
+    for (int64_t i = 0; i < 11 * 12; ++i) p[i] = -INFINITY;  // a plane of -inf: its windows' maximum is -inf
+    AttrMap attrs{{"kernel_shape", Attribute::Ints({k, k})}, {"strides", Attribute::Ints({2, 1})}, {"pads", Attribute::Ints({1, 1, 1, 1})}};
+    auto want = run_op_once("MaxPool", attrs, {x}, 1, "reference");
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    for (const char* layout : {"nchw", "nchw8c", "nhwc"}) {
+      const Tensor want_l = testing::to_layout((*want)[0], layout);
+      attrs["layout"] = Attribute::String(layout);
+      const Tensor xl = testing::to_layout(x, layout);
+      auto kern = make_kernel("MaxPool", attrs, 1, "vectorized");
+      ASSERT_TRUE(kern);
+      const TensorView xv = xl.view();
+      auto got = run_kernel_once(*kern, std::span<const TensorView>(&xv, 1), 1);
+      ASSERT_TRUE(got.ok()) << got.status().message();
+      int nans = 0;
+      for (int64_t i = 0; i < want_l.numel(); ++i) {
+        const float g = (*got)[0].as<float>()[i], w = want_l.as<float>()[i];
+        nans += std::isnan(w);
+        ASSERT_TRUE(std::isnan(w) ? std::isnan(g) : g == w)
+            << layout << " kernel " << k << " element " << i << ": got " << g << ", want " << w;
+      }
+      EXPECT_GT(nans, 0) << "the case must reach the NaN rule";
+      EXPECT_EQ((*got)[0].as<float>()[0], -INFINITY) << layout << ": channel 0 at pixel 0, in every layout";
     }
   }
 }
