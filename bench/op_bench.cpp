@@ -300,6 +300,14 @@ void se_gate_nchw8c(benchmark::State& s, const Shape* nchw) {  // gate first, as
 }
 BENCHMARK_CAPTURE(se_gate_nchw8c, large, &kEff)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(se_gate_nchw8c, late, &kEffLate)->Unit(benchmark::kMicrosecond);
+// The same gate in NHWC (AVX-512 machines keep NHWC between FusedConvs): [1,1,1,C] * [1,H,W,C],
+// EfficientNet-B0's first block (C 32 at 112x112) and a late one (C 672 at 14x14).
+void se_gate_nhwc(benchmark::State& s, int64_t C, int64_t HW) {
+  run_op(s, "Mul", {random(DType::kFloat32, Shape{1, 1, 1, C}, 0, 1, 2), random(DType::kFloat32, Shape{1, HW, HW, C}, -4, 4, 1)});
+}
+BENCHMARK_CAPTURE(se_gate_nhwc, effnet_block1, 32, 112)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(se_gate_nhwc, effnet_stage2, 144, 56)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(se_gate_nhwc, effnet_late, 672, 14)->Unit(benchmark::kMicrosecond);
 // MobileNet-V3's gate after elementwise fusion: one FusedElementwise HardSigmoid(gate) * x
 // (vec::Unary kHardSigmoid = 13 with its alpha, beta immediates; then Mul = 102).
 void se_gate_fused_nchw8c(benchmark::State& s, const Shape* nchw) {

@@ -297,6 +297,34 @@ inline void binary_run_period8(const A* a, const B* b, O* o, int64_t n, int64_t 
   for (; i < n; ++i) one(i);
 }
 
+// A run where one operand (kRepA: a, else b) repeats its C values rep[0..C) along the run and the
+// other is contiguous; `phase` is the run start's position in the period. Whole periods go several
+// at a time against the repeating values tiled into a block on the stack, so a run of short rows (an
+// NHWC squeeze-excitation gate of 32 channels) is a few long vector loops, not a short one a pixel.
+template <bool kRepA, typename A, typename B, typename O, typename Op>
+inline void binary_run_period(const A* a, const B* b, O* o, int64_t n, int64_t phase, int64_t C, const Op& op) {
+  using R = std::conditional_t<kRepA, A, B>;
+  constexpr int64_t kTileBytes = 2048;
+  const R* rep;
+  if constexpr (kRepA) rep = a;
+  else rep = b;
+  // o[i, i + len) against `r`, len contiguous repeating values.
+  auto seg = [&](int64_t i, const R* r, int64_t len) {
+    if constexpr (kRepA) binary_run(r, 1, b + i, 1, o + i, len, op);
+    else binary_run(a + i, 1, r, 1, o + i, len, op);
+  };
+  int64_t i = std::min(n, (C - phase) % C);
+  if (i > 0) seg(0, rep + phase, i);
+  const int64_t m = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(sizeof(R)) / C);
+  if (m > 1 && n - i >= m * C) {
+    R tile[kTileBytes / sizeof(R)];
+    for (int64_t k = 0; k < m; ++k) std::copy(rep, rep + C, tile + k * C);
+    for (; i + m * C <= n; i += m * C) seg(i, tile, m * C);
+  }
+  for (; i + C <= n; i += C) seg(i, rep, C);
+  if (i < n) seg(i, rep, n - i);
+}
+
 // out = op(a, b) with numpy broadcasting; out's shape is the broadcast shape of a and b.
 template <typename A, typename B, typename O, typename Op>
 void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView& out, const Op& op) {
@@ -321,6 +349,26 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
       for_each_run(q, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
         if (rep_a) binary_run_period8<true>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
         else binary_run_period8<false>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
+      });
+      return;
+    }
+  }
+  // The same for a channel vector of C > 8 broadcast over pixels (NHWC): the pixel dim merges into
+  // the rows, read by the repeating operand with period C.
+  if (p.inner() > 8 && p.inner() <= 256 && p.rank > 1 && sa == 1 && sb == 1) {
+    const int d = p.rank - 2;
+    const int64_t C = p.inner();
+    const bool rep_a = p.strides[0][d] == 0 && p.strides[1][d] == C, rep_b = p.strides[1][d] == 0 && p.strides[0][d] == C;
+    if (rep_a || rep_b) {
+      LoopPlan q = p;
+      q.rank = p.rank - 1;
+      q.dims[d] = p.dims[d] * C;
+      q.strides[0][d] = rep_a ? 0 : 1;  // the repeating operand's offset stays at the period's start
+      q.strides[1][d] = rep_b ? 0 : 1;
+      // Merged rows are multiples of C long: a run's phase in the period is its output offset's.
+      for_each_run(q, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
+        if (rep_a) binary_run_period<true>(pa + off[0], pb + off[1], po + o, n, o % C, C, op);
+        else binary_run_period<false>(pa + off[0], pb + off[1], po + o, n, o % C, C, op);
       });
       return;
     }

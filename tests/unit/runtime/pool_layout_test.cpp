@@ -218,6 +218,51 @@ TEST(PoolLayout, BlockBroadcastBinaryMatchesALoop) {
   for (size_t i = 0; i < bv.size(); ++i) EXPECT_EQ((*got)[0].as<int32_t>()[i], bv[i] - 3) << i;
 }
 
+// x [N, H, W, C] op gate [N, 1, 1, C] (NHWC's squeeze-excitation) and the reverse, against a plain
+// loop: the pixel dims merge into runs that read the gate with period C, whole periods tiled on the
+// stack. Channel counts around the tile (9, 32, 33, 144, 256) and past the merge (257); runs the
+// parallel split cuts mid-period; batch 2 with a gate per image; int64 (a wider tile element).
+TEST(PoolLayout, ChannelVectorBroadcastOverPixelsMatchesALoop) {
+  struct Case {
+    Shape x;
+    bool gate_per_image;
+  };
+  const Case cases[] = {{Shape{1, 112, 112, 32}, false}, {Shape{1, 56, 56, 144}, false}, {Shape{2, 7, 9, 33}, true},
+                        {Shape{1, 3, 5, 9}, false},      {Shape{1, 61, 67, 256}, false}, {Shape{1, 14, 14, 257}, false},
+                        {Shape{2, 183, 181, 32}, true}};
+  uint32_t seed = 600;
+  for (const Case& c : cases) {
+    const Shape& xs = c.x;
+    const int64_t N = xs[0], pixels = xs[1] * xs[2], C = xs[3];
+    const Shape gs{c.gate_per_image ? N : 1, 1, 1, C};
+    const Tensor x = random_f32(xs, seed++), gate = random_f32(gs, seed++, 0.5f, 1.5f);
+    for (const char* op : {"Mul", "Sub", "Div"}) {
+      for (bool gate_first : {true, false}) {
+        auto got = run_op_once(op, {}, gate_first ? std::vector<Tensor>{gate, x} : std::vector<Tensor>{x, gate}, 1);
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        Tensor want = Tensor::zeros(DType::kFloat32, xs);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t p = 0; p < pixels; ++p)
+            for (int64_t ch = 0; ch < C; ++ch) {
+              const int64_t i = (n * pixels + p) * C + ch;
+              const float xv = x.as<float>()[i], gv = gate.as<float>()[(c.gate_per_image ? n : 0) * C + ch];
+              const float l = gate_first ? gv : xv, r = gate_first ? xv : gv;
+              const std::string o = op;
+              want.as<float>()[i] = o == "Mul" ? l * r : o == "Sub" ? l - r : l / r;
+            }
+        expect_close((*got)[0], want, 0, 0, std::string(op) + (gate_first ? " gate first " : " gate second ") + xs.str());
+      }
+    }
+  }
+  std::vector<int64_t> av(40), bv(2 * 300 * 40);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<int64_t>(i) * 1000003;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<int64_t>(i);
+  const Tensor a = Tensor::from_vector<int64_t>(av, Shape{1, 1, 40}), b = Tensor::from_vector<int64_t>(bv, Shape{2, 300, 40});
+  auto got = run_op_once("Sub", {}, {b, a}, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  for (size_t i = 0; i < bv.size(); ++i) ASSERT_EQ((*got)[0].as<int64_t>()[i], bv[i] - av[i % 40]) << i;
+}
+
 // The same broadcast through kiln::FusedElementwise (the elementwise fusion pass turns
 // squeeze-excitation's HardSigmoid gate and Mul into one): the period-8 inputs are tiled over the
 // program's blocks. Programs: HardSigmoid(g) * x; x - g; cond ? x : z with a bool cond block;
