@@ -1,7 +1,8 @@
 // FLOP counts of plan steps (a multiply-add counts 2), for the GFLOP/s figure of the build report.
 // Only the compute-bound ops are counted: MatMul (also kiln's FusedMatMul and StridedMatMul), Gemm,
-// Conv, ConvTranspose and the kiln::Attention plugin. Everything else (elementwise, norms, Softmax, data movement) counts 0: it is bound by
-// memory bandwidth, and counting it would blur what the rate says about the matmul-like kernels.
+// Conv, ConvTranspose and the kiln::Attention plugin. Everything else (elementwise, norms, Softmax,
+// data movement) counts 0: it is bound by memory bandwidth, and counting it would blur what the rate
+// says about the matmul-like kernels.
 //
 // kiln::Attention counts Q·Kᵀ and P·V, 4·Dh FLOPs per visible (query, key) pair per batch and head:
 //   mask causal / block_causal: only the visible keys of each query (exact: what the model needs;

@@ -45,20 +45,23 @@ const Case kCases[] = {
     {"FusedElementwise", {Shape{1100}}, {102, 1, 0, 0, -1, 100, 2, 1, 0, -1}, {}, {true}},
 };
 
-std::unique_ptr<Kernel> make(const Case& c) {
+// The builtin registry's highest-priority kernel of `op` (one output); null, with a failure, if none.
+std::unique_ptr<Kernel> create(const char* op, int num_inputs, const AttrMap& attrs) {
   KernelArgs args;
-  args.op_type = c.op;
+  args.op_type = op;
   args.node_name = "in_place_test";
-  args.num_inputs = static_cast<int>(c.inputs.size());
+  args.num_inputs = num_inputs;
   args.num_outputs = 1;
-  AttrMap attrs;
-  if (!c.program.empty()) {
-    attrs["program"] = Attribute::Ints(c.program);
-    attrs["immediates"] = Attribute::Floats(c.immediates);
-  }
   auto k = KernelRegistry::builtin().create(args, attrs);
   EXPECT_TRUE(k.ok()) << k.status().message();
   return k.ok() ? std::move(k.value()) : nullptr;
+}
+
+AttrMap program_attrs(const std::vector<int64_t>& program, const std::vector<float>& immediates) {
+  AttrMap a;
+  a["program"] = Attribute::Ints(program);
+  a["immediates"] = Attribute::Floats(immediates);
+  return a;
 }
 
 TEST(ElementwiseInPlace, AKernelWritingOverAnInputComputesWhatItComputesApart) {
@@ -70,7 +73,7 @@ TEST(ElementwiseInPlace, AKernelWritingOverAnInputComputesWhatItComputesApart) {
     SCOPED_TRACE(what);
     std::vector<Tensor> in;
     for (const Shape& s : c.inputs) in.push_back(random_f32(s, seed++, -3.0f, 3.0f));
-    auto k = make(c);
+    auto k = create(c.op, static_cast<int>(c.inputs.size()), c.program.empty() ? AttrMap{} : program_attrs(c.program, c.immediates));
     ASSERT_TRUE(k);
     std::vector<TensorView> apart;
     for (const Tensor& t : in) apart.push_back(t.view());
@@ -96,21 +99,14 @@ TEST(ElementwiseInPlace, AKernelWritingOverAnInputComputesWhatItComputesApart) {
 
 // A norm row (LayerNorm decomposed and fused) reads its row twice: the kernel says no.
 TEST(ElementwiseInPlace, FusedNormRowsDoNotShare) {
-  KernelArgs args;
-  args.op_type = "FusedElementwise";
-  args.node_name = "norm";
-  args.num_inputs = 1;
-  args.num_outputs = 1;
-  AttrMap attrs;
-  attrs["program"] = Attribute::Ints({});
-  attrs["immediates"] = Attribute::Floats({});
+  AttrMap attrs = program_attrs({}, {});
   attrs["norm"] = Attribute::String("layer");
-  auto k = KernelRegistry::builtin().create(args, attrs);
-  ASSERT_TRUE(k.ok()) << k.status().message();
+  auto k = create("FusedElementwise", 1, attrs);
+  ASSERT_TRUE(k);
   const Tensor x = random_f32(Shape{4, 33}, 5);
   const TensorView in[] = {x.view()};
-  ASSERT_TRUE(run_kernel_once(**k, in, 1).ok());
-  EXPECT_FALSE((*k)->writes_over_input(0));
+  ASSERT_TRUE(run_kernel_once(*k, in, 1).ok());
+  EXPECT_FALSE(k->writes_over_input(0));
 }
 
 }  // namespace
