@@ -10,8 +10,8 @@ and on "unseen exports" (attention written with other module code, bench/unseen_
 with PyTorch's output too. --fusion-off adds a third engine in every round: kiln with attention fusion off
 (`--disable-pass attention_fusion`, i.e. `fusions: {attention: off}`). --busy keeps a spinning process on one
 core for the whole run (the co-tenant case) and adds p99 columns (--p99 alone adds them to a quiet run).
---baseline-engine-run PATH adds another kiln build (engine
-kiln_base, e.g. main's engine-run) to every round, so before/after ratios come from one alternated run.
+--baseline-engine-run PATH adds another kiln build (engine kiln_base, e.g. main's engine-run) to every
+round, so before/after ratios come from one alternated run.
 
 For each workload (model/profile) both engines get the same .onnx and the same input .npy files, and run
 IN ALTERNATION: round r runs ORT (1 warm-up + N timed runs), then kiln (engine-run: build for the input
@@ -29,8 +29,8 @@ models/attention_variants.py --size bench with their cases (inputs and PyTorch o
 
 The compute floor: kiln's first round also writes its per-layer trace (one profiled run after the timed
 ones), whose FLOP count (matmuls, convolutions, attention) at the f32 matmul peak (build/gemm-bench's
-onednn_peak, measured at the start of every round and the median taken, or --peak-gflops) is the least time any fp32 engine doing those FLOPs
-needs; ORT's p50 over it is the largest ORT/kiln ratio reachable.
+onednn_peak, measured at the start of every round and the median taken, or --peak-gflops) is the least
+time any fp32 engine doing those FLOPs needs; ORT's p50 over it is the largest ORT/kiln ratio reachable.
 
 --kiln-env sets an environment variable for engine-run (e.g. OMP_WAIT_POLICY=passive), --ort-config an ORT
 session config entry (e.g. session.intra_op.allow_spinning=0); both are recorded in the results.
@@ -290,7 +290,7 @@ def bench_workload(args, model, profile, case):
             out_dir = os.path.join(run_dir, eng)
             os.makedirs(run_dir, exist_ok=True)
             cmd, env = make(args, onnx_path, inputs, json_path, out_dir)
-            trace_path = os.path.join(run_dir, f"{eng}_layers.json")
+            trace_path = os.path.join(run_dir, "kiln_layers.json")
             if r == 0 and eng == "kiln":  # one profiled run after the timed ones: the FLOPs of the compute floor
                 cmd += ["--profile-layers", trace_path]
             if r == 0:
@@ -400,11 +400,11 @@ def table(records, p99=False):
             rec["workload"], rec["shape"],
             fmt_ms(rec["ort_p50"]) if not rec["ort_error"] else "FAILED",
             fmt_ms(rec["kiln_p50"]) if not rec["kiln_error"] else "FAILED",
-            "—" if rec["ratio_ort_over_kiln"] is None else f"{rec['ratio_ort_over_kiln']:.3f}",
+            fmt_ratio(rec["ratio_ort_over_kiln"]),
         ]
         if unfused:
             row += [fmt_ms(rec.get("kiln_unfused_p50")) if not rec.get("kiln_unfused_error") else "FAILED",
-                    "—" if rec.get("ratio_ort_over_kiln_unfused") is None else f"{rec['ratio_ort_over_kiln_unfused']:.3f}"]
+                    fmt_ratio(rec.get("ratio_ort_over_kiln_unfused"))]
         if p99:
             row += [fmt_ms(rec.get("ort_p99")), fmt_ms(rec.get("kiln_p99")), fmt_ratio(rec.get("ratio_ort_over_kiln_p99"))]
             row += [fmt_ratio(rec.get("ratio_ort_over_kiln_unfused_p99"))] if unfused else []
@@ -531,8 +531,7 @@ def write_markdown(path, result, head, rows):
         lines += ["", "Compute floor: the FLOPs kiln's per-layer trace counts (matmuls, convolutions, attention; "
                   "elementwise work counts 0) at the f32 matmul peak (`build/gemm-bench` onednn_peak, the best of 5, "
                   "measured at the start of every round beside the engines: the median; with --busy, under the busy "
-                  "loop too). No fp32 "
-                  "engine doing these FLOPs runs faster than the floor (Winograd convolutions do fewer: a bound for "
+                  "loop too). No fp32 engine doing these FLOPs runs faster than the floor (Winograd convolutions do fewer: a bound for "
                   "the transformers, a guide for the CNNs), so 'ORT p50 / floor' is the largest ORT/kiln reachable.",
                   "", md_table(fhead, frows)]
     errs = [(rec["workload"], e, rec[f"{e}_error"]) for rec in result["workloads"] for e in ("ort", "kiln")

@@ -333,29 +333,11 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
   const B* pb = b.as<const B>();
   O* po = out.as<O>();
   const int64_t sa = p.strides[0][p.rank - 1], sb = p.strides[1][p.rank - 1];
-  // A channel block broadcast over pixels (nChw8c's x [N, C/8, H, W, 8] * gate [N, C/8, 1, 1, 8],
-  // squeeze-excitation): the pixel dim merges into the rows, which the repeating operand reads
-  // with period 8, so a run is a whole block of pixels instead of one pixel.
-  if (p.inner() == 8 && p.rank > 1 && sa == 1 && sb == 1) {
-    const int d = p.rank - 2;
-    const bool rep_a = p.strides[0][d] == 0 && p.strides[1][d] == 8, rep_b = p.strides[1][d] == 0 && p.strides[0][d] == 8;
-    if (rep_a || rep_b) {
-      LoopPlan q = p;
-      q.rank = p.rank - 1;
-      q.dims[d] = p.dims[d] * 8;
-      q.strides[0][d] = rep_a ? 0 : 1;  // the repeating operand's offset stays at its vector
-      q.strides[1][d] = rep_b ? 0 : 1;
-      // Merged rows are multiples of 8 long: a run's phase in the period is its output offset's.
-      for_each_run(q, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
-        if (rep_a) binary_run_period8<true>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
-        else binary_run_period8<false>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
-      });
-      return;
-    }
-  }
-  // The same for a channel vector of C > 8 broadcast over pixels (NHWC): the pixel dim merges into
-  // the rows, read by the repeating operand with period C.
-  if (p.inner() > 8 && p.inner() <= 256 && p.rank > 1 && sa == 1 && sb == 1) {
+  // A channel vector broadcast over pixels (squeeze-excitation's gate: nChw8c's x [N, C/8, H, W, 8]
+  // * gate [N, C/8, 1, 1, 8], NHWC's x [N, H, W, C] * gate [N, 1, 1, C] with C up to 256): the pixel
+  // dim merges into the rows, which the repeating operand reads with period C, so a run is a whole
+  // block of pixels instead of one pixel.
+  if (p.inner() >= 8 && p.inner() <= 256 && p.rank > 1 && sa == 1 && sb == 1) {
     const int d = p.rank - 2;
     const int64_t C = p.inner();
     const bool rep_a = p.strides[0][d] == 0 && p.strides[1][d] == C, rep_b = p.strides[1][d] == 0 && p.strides[0][d] == C;
@@ -366,8 +348,11 @@ void binary_broadcast(const TensorView& a, const TensorView& b, const TensorView
       q.strides[0][d] = rep_a ? 0 : 1;  // the repeating operand's offset stays at the period's start
       q.strides[1][d] = rep_b ? 0 : 1;
       // Merged rows are multiples of C long: a run's phase in the period is its output offset's.
+      // C 8 keeps its vector in a register; longer periods go against a tiled copy.
       for_each_run(q, out.numel(), [&](int64_t o, const int64_t* off, int64_t n) {
-        if (rep_a) binary_run_period<true>(pa + off[0], pb + off[1], po + o, n, o % C, C, op);
+        if (C == 8 && rep_a) binary_run_period8<true>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
+        else if (C == 8) binary_run_period8<false>(pa + off[0], pb + off[1], po + o, n, o & 7, op);
+        else if (rep_a) binary_run_period<true>(pa + off[0], pb + off[1], po + o, n, o % C, C, op);
         else binary_run_period<false>(pa + off[0], pb + off[1], po + o, n, o % C, C, op);
       });
       return;
