@@ -406,11 +406,13 @@ StatusOr<std::unique_ptr<Kernel>> make_vectorized_pool(PoolKind kind, AttrReader
 class VectorizedGlobalAveragePool final : public Kernel {
  public:
   VectorizedGlobalAveragePool(std::unique_ptr<Kernel> ref, ConvLayout layout) : ref_(std::move(ref)), layout_(layout) {}
-  const char* impl_name() const override { return fast_ ? "vectorized" : "reference"; }
+  // Before prepare() decided (engine-run --inspect asks a fresh context), the impl it was made as.
+  const char* impl_name() const override { return prepared_ && !fast_ ? "reference" : "vectorized"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override { return ref_->infer(in, out); }
   Status prepare(std::span<const TensorView> in, std::span<const TensorView> out) override {
     fast_ = in[0].dtype == DType::kFloat32 && in[0].shape.rank() >= 3;
+    prepared_ = true;
     if (fast_ && layout_ != ConvLayout::kNchw) {
       channels_inner(in[0].shape, &images_, &pixels_, &channels_);
       // The blocked path's per-chunk sums: sized here, so run() does not allocate.
@@ -458,7 +460,7 @@ class VectorizedGlobalAveragePool final : public Kernel {
 
   std::unique_ptr<Kernel> ref_;
   ConvLayout layout_;
-  bool fast_ = false;
+  bool fast_ = false, prepared_ = false;
   int64_t images_ = 0, pixels_ = 0, channels_ = 0;
   std::vector<double> partial_;
 };

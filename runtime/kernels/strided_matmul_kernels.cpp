@@ -65,7 +65,8 @@ class StridedMatMulKernel final : public Kernel {
  public:
   StridedMatMulKernel(std::vector<int64_t> perm_a, std::vector<int64_t> perm_b, std::vector<int64_t> perm_y, float alpha, bool panel)
       : perm_a_(std::move(perm_a)), perm_b_(std::move(perm_b)), perm_y_(std::move(perm_y)), alpha_(alpha), panel_(panel) {}
-  const char* impl_name() const override { return use_panel_ ? "panel" : "reference"; }
+  // Before prepare() decided (engine-run --inspect asks a fresh context), the impl it was made as.
+  const char* impl_name() const override { return panel_ && (!prepared_ || use_panel_) ? "panel" : "reference"; }
 
   Status infer(std::span<const TensorView> in, std::span<TensorDesc> out) override {
     KILN_RETURN_IF_ERROR(check_input_count(in, 2, 2));
@@ -87,6 +88,7 @@ class StridedMatMulKernel final : public Kernel {
     KILN_RETURN_IF_ERROR(strided_matmul_dims(in[0].shape, in[1].shape, perm_a_, perm_b_, perm_y_, nullptr, &d_));
     use_panel_ = panel_ && panel_gemm::supported() && in[0].dtype == DType::kFloat32 && out[0].numel() > 0 && d_.K > 0 &&
                  d_.a_k == 1 && d_.y_n == 1 && (d_.b_n == 1 || d_.b_k == 1);
+    prepared_ = true;
     if (!use_panel_) return Status::Ok();
     shared_b_ = std::all_of(d_.b_off.begin(), d_.b_off.end(), [](int64_t o) { return o == 0; });
     threads_ = static_cast<int>(std::max<int64_t>(1, omp_get_max_threads()));
@@ -172,7 +174,7 @@ class StridedMatMulKernel final : public Kernel {
   bool panel_;
   bool inferred_ = false;
   Shape inferred_a_, inferred_b_, inferred_y_;
-  bool use_panel_ = false, shared_b_ = false;
+  bool use_panel_ = false, shared_b_ = false, prepared_ = false;
   StridedDims d_;
   int threads_ = 1, slots_ = 1;
   std::shared_ptr<void> scratch_;
