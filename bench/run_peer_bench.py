@@ -308,13 +308,20 @@ def bench_workload(args, model, profile, case):
                 log(f"  {key} round {r + 1}: {eng} FAILED: {failed[eng]}")
                 continue
             with open(json_path) as f:
-                lat = json.load(f)["latency_ms"]
+                stats = json.load(f)
+            lat = stats["latency_ms"]
             rnd[eng] = {"p50": lat["p50"], "p99": lat["p99"], "min": lat["min"], "max": lat["max"], "mean": lat["mean"],
                         "wall_s": round(wall, 1)}
+            # kiln's per-run thread counts (engine-run --json): a round whose OpenMP team ran solo
+            # (late probes) is told apart from one on a slow machine.
+            threads = stats.get("threads_per_run")
+            if threads is not None:
+                rnd[eng]["threads_per_run"] = threads
             if r == 0 and eng == "kiln":
                 rec["kiln_gflop"] = trace_gflop(trace_path)
+            solo = f", {threads['solo_regions']:.1f} solo OpenMP regions/run" if threads and threads["solo_regions"] >= 0.05 else ""
             log(f"  {key} round {r + 1}/{args.rounds}: {eng:4s} p50 {lat['p50']:10.2f} ms "
-                f"(min {lat['min']:.2f}, max {lat['max']:.2f}; process {wall:.0f} s)")
+                f"(min {lat['min']:.2f}, max {lat['max']:.2f}; process {wall:.0f} s{solo})")
         rec["rounds"].append(rnd)
     for eng in engines:
         p50s = [rnd[eng]["p50"] for rnd in rec["rounds"] if eng in rnd]

@@ -361,7 +361,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--iterations", a.timing.iterations, "Time at least N runs and print min/p50/p90/p99/max/mean")->check(CLI::Range(1, 10000000));
   app.add_option("--duration", a.timing.duration_s, "Time runs for at least S seconds (with --iterations: both)")->check(CLI::Range(0.0, 1e6));
   app.add_option("--json", a.timing.json,
-                 "Write the latency statistics as JSON: {\"latency_ms\": {...}, \"cpu_ms\": {...}, \"iterations\": N}");
+                 "Write the latency statistics as JSON: {\"latency_ms\": {...}, \"cpu_ms\": {...}, \"iterations\": N, \"threads_per_run\": "
+                 "{pool_regions, inline_loops, late_workers, team_probes, late_probes, solo_regions}} (the 'threads per run' line)");
   app.add_option("--export-times", a.timing.export_times,
                  "Write every timed run's start and latency as JSON: {\"model\", \"profile\", \"threads\", \"warmup\", \"runs\": "
                  "[{\"start_ms\", \"latency_ms\"}, ...]}");

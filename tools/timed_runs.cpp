@@ -52,18 +52,29 @@ StatusOr<TimedRuns> time_runs(const std::function<Status()>& run, const TimingOp
   const ThreadPool::Stats pool1 = ThreadPool::global().stats();
   const OpenmpTeamStats team1 = openmp_team_stats();
   const double runs = static_cast<double>(t.latency_ms.size());
+  const double regions = static_cast<double>(pool1.regions - pool0.regions) / runs,
+               inline_loops = static_cast<double>(pool1.inline_loops - pool0.inline_loops) / runs,
+               late_workers = static_cast<double>(pool1.late_workers - pool0.late_workers) / runs,
+               probes = static_cast<double>(team1.probes - team0.probes) / runs,
+               late_probes = static_cast<double>(team1.late_probes - team0.late_probes) / runs,
+               solo = static_cast<double>(team1.solo_regions - team0.solo_regions) / runs;
   char line[256];
   std::snprintf(line, sizeof line,
                 "threads per run: kiln pool %.1f regions, %.1f inline loops, %.2f late workers; OpenMP %.2f team probes (%.2f late), "
                 "%.1f solo regions\n",
-                static_cast<double>(pool1.regions - pool0.regions) / runs, static_cast<double>(pool1.inline_loops - pool0.inline_loops) / runs,
-                static_cast<double>(pool1.late_workers - pool0.late_workers) / runs, static_cast<double>(team1.probes - team0.probes) / runs,
-                static_cast<double>(team1.late_probes - team0.late_probes) / runs,
-                static_cast<double>(team1.solo_regions - team0.solo_regions) / runs);
+                regions, inline_loops, late_workers, probes, late_probes, solo);
   std::cout << line;
   if (!options.json.empty()) {
+    // The same per-run thread counts, so a benchmark that keeps the JSON can tell a process whose
+    // OpenMP team ran solo (a slow round) from a slow machine.
+    char threads[320];
+    std::snprintf(threads, sizeof threads,
+                  "{\"pool_regions\": %.3f, \"inline_loops\": %.3f, \"late_workers\": %.3f, \"team_probes\": %.3f, "
+                  "\"late_probes\": %.3f, \"solo_regions\": %.3f}",
+                  regions, inline_loops, late_workers, probes, late_probes, solo);
     std::ofstream f(options.json);
-    f << "{\"latency_ms\": " << latency_json(s) << ", \"cpu_ms\": " << latency_json(cpu) << ", \"iterations\": " << s.iterations << "}\n";
+    f << "{\"latency_ms\": " << latency_json(s) << ", \"cpu_ms\": " << latency_json(cpu) << ", \"iterations\": " << s.iterations
+      << ", \"threads_per_run\": " << threads << "}\n";
     if (!f) return IoError("cannot write '" + options.json + "'");
   }
   if (!options.export_times.empty()) {

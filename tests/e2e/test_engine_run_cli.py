@@ -90,6 +90,11 @@ def main():
         ok = (t["warmup"] == 3 and len(t["runs"]) == 25 and t["profile"] == "p" and all(run_["latency_ms"] > 0 for run_ in t["runs"]) and
               all(t["runs"][i]["start_ms"] <= t["runs"][i + 1]["start_ms"] for i in range(24)) and s["iterations"] == 25)
     check("--warmup 3 --iterations 25 --export-times: 25 runs, each with start and latency", ok, r.stderr)
+    threads = s.get("threads_per_run", {}) if r.returncode == 0 and (work / "s.json").exists() else {}
+    keys = {"pool_regions", "inline_loops", "late_workers", "team_probes", "late_probes", "solo_regions"}
+    check("--json carries the per-run thread counts of the 'threads per run' line",
+          set(threads) == keys and all(isinstance(v, (int, float)) and v >= 0 for v in threads.values()) and
+          threads["late_probes"] <= threads["team_probes"], str(threads))
     r = run([er, engine, "--profile", "p", "--duration", "0.3", "--export-times", str(times)])
     ok = r.returncode == 0
     if ok:
